@@ -1,0 +1,14 @@
+"""attnflow: multi-head self-attention as a flow on the sphere, simulated over parameter grids."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("attnflow")
+except PackageNotFoundError:  # running from a source tree without installation
+    __version__ = "0+unknown"
+
+from . import theory  # noqa: E402
+from .cell import Cell  # noqa: E402
+from .simulate import SimulationError, simulate  # noqa: E402
+
+__all__ = ["Cell", "SimulationError", "simulate", "theory", "__version__"]

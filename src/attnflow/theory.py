@@ -1,0 +1,135 @@
+"""Closed forms of the paper (MODEL.md results 3, 4), vectorised over numpy arrays.
+
+Every function broadcasts its array arguments against each other, so a whole
+phase diagram is one call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.integrate import solve_ivp
+from scipy.optimize import brentq
+
+__all__ = [
+    "c_star",
+    "beta_star",
+    "phi",
+    "lambda_c",
+    "equiangular_rate",
+    "solve_equiangular",
+    "late_rate",
+]
+
+
+def c_star(H):
+    """Critical cosine ``c*(H)``, the positive root of ``c^2 + (H-1) c - 1 = 0`` (Thm 19).
+
+    Parameters
+    ----------
+    H : array_like
+        Number of heads (>= 1).
+
+    Returns
+    -------
+    ndarray
+        ``(sqrt((H-1)^2 + 4) - (H-1)) / 2``; ``c*(1) = 1``, ``c*(2) = 1/golden ratio``.
+    """
+    H = np.asarray(H, dtype=float)
+    m = H - 1.0
+    # Rationalised form of (sqrt(m^2+4) - m)/2: no cancellation for large H.
+    return 2.0 / (np.sqrt(m * m + 4.0) + m)
+
+
+def beta_star(H, n, alpha=1.0):
+    """Critical inverse temperature ``beta*(H, n, alpha)`` of Thm 19.
+
+    Radial Dominance in its sufficient form holds at orthogonal tokens with
+    equal scalar heads ``M_h = alpha I`` exactly when ``beta <= beta*``.
+
+    Returns
+    -------
+    ndarray
+        ``ln(c*^2 (n-1) / (1 - c*^2)) / (2 alpha)``. A value ``<= 0`` means no
+        positive beta satisfies the condition (e.g. H=4, n=8); ``H = 1`` gives
+        ``+inf`` (a single head is always radially dominant).
+    """
+    H, n, alpha = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (H, n, alpha)))
+    c2 = c_star(H) ** 2
+    with np.errstate(divide="ignore"):
+        return np.log(c2 * (n - 1.0) / (1.0 - c2)) / (2.0 * alpha)
+
+
+def phi(lam, beta, n):
+    """Early-time clustering drive of one scalar head, ``2 lam / (exp(lam beta) + n - 1)`` (Thm 22)."""
+    lam = np.asarray(lam, dtype=float)
+    return 2.0 * lam / (np.exp(lam * np.asarray(beta, dtype=float)) + np.asarray(n) - 1.0)
+
+
+def _inflection_u(m: float) -> float:
+    """Root ``u > 2`` of ``(u - 2) e^u = m (u + 2)``: where ``u / (e^u + m)`` changes convexity."""
+    if m <= 0.0:
+        return 2.0
+    # log form is monotone in u on (2, inf) and cannot overflow.
+    def g(u):
+        return np.log(u - 2.0) + u - np.log(m) - np.log(u + 2.0)
+    hi = 3.0
+    while g(hi) < 0.0:
+        hi *= 2.0
+    return brentq(g, 2.0 + 1e-300, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps)
+
+
+def lambda_c(beta, n):
+    """Inflection point of ``phi(., beta, n)`` in lambda (Thm 22), computed by root finding.
+
+    With ``u = lambda beta``, ``phi'' = 0`` reduces to ``(u - 2) e^u = (n - 1)(u + 2)``;
+    ``phi`` is concave below ``lambda_c`` and convex above it.
+    """
+    beta, n = np.broadcast_arrays(np.asarray(beta, dtype=float), np.asarray(n, dtype=float))
+    u = np.vectorize(_inflection_u, otypes=[float])(n - 1.0)
+    return u / beta
+
+
+def equiangular_rate(gamma, lambdas, beta, n):
+    """Right-hand side of the equiangular ODE of Thm 22 (scalar heads, softmax).
+
+    ``dgamma/dt = 2 (1 - gamma)(1 + (n-1) gamma) sum_h lambda_h / (exp(beta lambda_h (1-gamma)) + n - 1)``.
+
+    Parameters
+    ----------
+    gamma : array_like
+        Common pairwise cosine.
+    lambdas : array_like, shape (..., H)
+        Head strengths; the last axis is summed over.
+    """
+    gamma = np.asarray(gamma, dtype=float)[..., None]
+    lambdas = np.asarray(lambdas, dtype=float)
+    drive = lambdas / (np.exp(beta * lambdas * (1.0 - gamma)) + n - 1.0)
+    g = gamma[..., 0]
+    return 2.0 * (1.0 - g) * (1.0 + (n - 1.0) * g) * drive.sum(axis=-1)
+
+
+def solve_equiangular(gamma0, lambdas, beta, n, t, *, rtol=1e-12, atol=1e-14):
+    """Integrate the equiangular ODE from ``gamma0``; returns ``gamma`` at the times ``t``.
+
+    Uses scipy's DOP853 at tight tolerance, so it serves as the reference for
+    the particle simulation.
+    """
+    t = np.asarray(t, dtype=float)
+    lambdas = np.asarray(lambdas, dtype=float)
+    sol = solve_ivp(
+        lambda _t, g: equiangular_rate(g, lambdas, beta, n),
+        (float(t[0]), float(t[-1])),
+        [float(gamma0)],
+        method="DOP853",
+        t_eval=t,
+        rtol=rtol,
+        atol=atol,
+    )
+    if not sol.success:
+        raise RuntimeError(f"equiangular ODE failed: {sol.message}")
+    return sol.y[0]
+
+
+def late_rate(lambdas):
+    """Late-time exponential rate ``2 Lambda = 2 sum_h lambda_h`` of ``epsilon(t)`` (Thm 22)."""
+    return 2.0 * np.sum(np.asarray(lambdas, dtype=float), axis=-1)
