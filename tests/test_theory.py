@@ -54,6 +54,7 @@ def test_equiangular_rate_early_and_late():
 
 
 def test_solve_equiangular_converges_to_one():
-    t = np.linspace(0, 20, 50)
+    t = np.linspace(0, 8, 50)
     g = theory.solve_equiangular(0.0, [1.0, 1.0], 1.0, 8, t)
-    assert g[0] == 0.0 and np.all(np.diff(g) > 0) and g[-1] > 1 - 1e-8
+    # Monotone while 1 - gamma is well above the solver's atol of 1e-14.
+    assert g[0] == 0.0 and np.all(np.diff(g) > 0) and g[-1] > 1 - 1e-6

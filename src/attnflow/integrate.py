@@ -15,15 +15,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-_C = np.array([0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0])
-_A = [
-    [],
-    [1 / 5],
-    [3 / 40, 9 / 40],
-    [44 / 45, -56 / 15, 32 / 9],
-    [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
-    [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656],
-]
+from .kernels import dense_state, error_norm, stage_state
+
+_A = np.array([
+    [0, 0, 0, 0, 0, 0],
+    [1 / 5, 0, 0, 0, 0, 0],
+    [3 / 40, 9 / 40, 0, 0, 0, 0],
+    [44 / 45, -56 / 15, 32 / 9, 0, 0, 0],
+    [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729, 0, 0],
+    [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656, 0],
+])
 _B = np.array([35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84])
 _E = np.array([-71 / 57600, 0.0, 71 / 16695, -71 / 1920, 17253 / 339200, -22 / 525, 1 / 40])
 _P = np.array(
@@ -152,22 +153,19 @@ def integrate(
     last_rejected = np.zeros(n_batch, dtype=bool)
     ndim = y.ndim
     stages = np.empty((7,) + y.shape)
+    work = np.empty_like(y)
     exponent = -1.0 / (_ORDER + 1)
 
     while active.size:
         remaining = t_end - t
         # Never leave a sliver of the interval that would need a round-off-sized step.
         h = np.where(remaining - h < 100 * np.finfo(float).eps * max(abs(t_end), 1.0), remaining, h)
-        hb = _bcast(h, ndim)
         stages[0] = f
         for s in range(1, 6):
-            incr = sum(a * stages[j] for j, a in enumerate(_A[s]) if a != 0.0)
-            stages[s] = call(y + hb * incr)
-        y_new = y + hb * np.tensordot(_B, stages[:6], axes=1)
+            stages[s] = call(stage_state(y, h, stages[:s], _A[s, :s], work))
+        y_new = stage_state(y, h, stages[:6], _B, np.empty_like(y))
         stages[6] = call(y_new)
-        err = hb * np.tensordot(_E, stages, axes=1)
-        scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_new))
-        err_norm = _rms(err / scale)
+        err_norm = error_norm(y, y_new, h, stages, _E, rtol, atol)
         accepted = err_norm < 1.0  # False for NaN, so a blow-up is retried smaller
         if fixed_step is not None:
             accepted = np.ones_like(accepted)
@@ -186,35 +184,36 @@ def integrate(
 
         acc = np.flatnonzero(accepted)
         if acc.size:
+            every = acc.size == accepted.size  # common case: plain slices, no gathers
+            sel = slice(None) if every else acc
             # A step clipped to the end lands on t_end exactly, not t + h rounded.
-            t_new = np.where(h[acc] == t_end - t[acc], t_end, t[acc] + h[acc])
-            # Dense output: Q[k] = sum_s P[s, k] K_s, y(t + sigma h) = y + h sum_k Q[k] sigma^(k+1).
-            q = np.tensordot(_P.T, stages[:, acc], axes=1)
-            gids = active[acc]
+            t_new = np.where(h[sel] == t_end - t[sel], t_end, t[sel] + h[sel])
+            gids = active[sel]
             while True:
                 idx = np.minimum(next_sample[gids], t_eval.size - 1)
                 due = (next_sample[gids] < t_eval.size) & (t_eval[idx] <= t_new)
                 if not due.any():
                     break
                 rows = np.flatnonzero(due)
-                sigma = (t_eval[idx[rows]] - t[acc[rows]]) / h[acc[rows]]
-                powers = sigma[None, :] ** np.arange(1, 5)[:, None]  # (4, rows)
-                dense = y[acc[rows]] + _bcast(h[acc[rows]], ndim) * np.einsum(
-                    "kb...,kb->b...", q[:, rows], powers
-                )
+                local = rows if every else acc[rows]
+                sigma = (t_eval[idx[rows]] - t[local]) / h[local]
+                dense = dense_state(y, h, stages, local, sigma, _P)
                 if retract is not None:
                     dense = retract(dense)
                 ys[gids[rows], idx[rows]] = dense
                 next_sample[gids[rows]] += 1
+            moved = y_new if every else y_new[acc]
             if retract is not None:
-                fixed = retract(y_new[acc])
-                max_retraction = max(max_retraction, float(np.max(np.abs(fixed - y_new[acc]))))
-                y[acc] = fixed
+                fixed = retract(moved)
+                max_retraction = max(max_retraction, float(np.max(np.abs(fixed - moved))))
+                moved = fixed
+            if every:
+                y, f = moved, stages[6].copy()
             else:
-                y[acc] = y_new[acc]
+                y[acc] = moved
+                f[acc] = stages[6][acc]
             # FSAL: the last stage is f at the unretracted point, an O(local error) offset.
-            f[acc] = stages[6][acc]
-            t[acc] = t_new
+            t[sel] = t_new
         h = h * factor
         last_rejected = ~accepted
 
@@ -235,6 +234,7 @@ def integrate(
             active, y, t, h, f = active[keep], y[keep], t[keep], h[keep], f[keep]
             last_rejected = last_rejected[keep]
             stages = np.empty((7,) + y.shape)
+            work = np.empty_like(y)
             field.restrict(keep)
 
     stats = SolverStats(n_steps, n_rejected, n_calls, max_retraction)

@@ -6,7 +6,7 @@ multi-threaded BLAS on tiny matrices. Here numba runs one trajectory per
 thread (``prange``) and each trajectory's matrix products go to single-threaded
 BLAS (callers wrap the integration in ``threadpool_limits(1)``): the same
 arithmetic for a trajectory whatever the batch or the core count, hence
-bit-identical results.
+bit-identical results. Exponentials are left to numpy (see ``velocity``).
 """
 
 from __future__ import annotations
@@ -17,63 +17,55 @@ import numpy as np
 ATTENTION_CODES = {"softmax": 0, "usa": 1, "relu": 2}
 
 
-@numba.njit(cache=True, inline="always")
-def _weights_inplace(s, beta, attention, n):
-    """Turn raw scores ``s`` (n x n) into attention weights, in place."""
-    rows, cols = s.shape
-    if attention == 0:
-        for i in range(rows):
-            m = -np.inf
-            for j in range(cols):
-                if s[i, j] > m:
-                    m = s[i, j]
-            total = 0.0
-            for j in range(cols):
-                e = np.exp(beta * (s[i, j] - m))
-                s[i, j] = e
-                total += e
-            inv = 1.0 / total
-            for j in range(cols):
-                s[i, j] *= inv
-    elif attention == 1:
-        for i in range(rows):
-            for j in range(cols):
-                s[i, j] = np.exp(beta * s[i, j])
-    else:
-        inv_n = 1.0 / n
-        for i in range(rows):
-            for j in range(cols):
-                v = beta * s[i, j]
-                s[i, j] = v * inv_n if v > 0.0 else 0.0
-
-
 @numba.njit(cache=True, parallel=True)
-def velocity(x, scores, values_t, shared_values, beta, attention, spherical, out):
-    """Write ``dx/dt`` of every trajectory into ``out``.
-
-    Parameters
-    ----------
-    x : (B, n, d) float64
-    scores : (B, H, d, d) float64, symmetric ``M_h`` per trajectory
-    values_t : (B, H, d, d) float64, ``V_h^T`` (ignored when ``shared_values``)
-    shared_values : bool, ``V_h = M_h`` (saves one product per head)
-    attention : int, code from ``ATTENTION_CODES``
-    spherical : bool, project onto the tangent space (MODEL.md ``P_x``)
-    """
-    n_batch, n, d = x.shape
+def _scores_phase(x, scores, beta, attention, logits, rows):
+    """Per trajectory and head: ``rows = X M_h`` and the weights' exponents (or relu weights)."""
+    n_batch, n, _ = x.shape
     n_heads = scores.shape[1]
     for b in numba.prange(n_batch):
         xb = np.ascontiguousarray(x[b])
         xb_t = np.ascontiguousarray(xb.T)
+        for h in range(n_heads):
+            y = np.dot(xb, scores[b, h])  # row j: M_h x_j
+            rows[b, h] = y
+            s = np.dot(y, xb_t)  # s_ij = <x_i, M_h x_j>
+            out = logits[b, h]
+            if attention == 0:  # softmax: subtract the row maximum so exp cannot overflow
+                for i in range(n):
+                    m = s[i, 0]
+                    for j in range(1, n):
+                        m = max(m, s[i, j])
+                    for j in range(n):
+                        out[i, j] = beta * (s[i, j] - m)
+            elif attention == 1:  # usa: the Cell bounds beta ||M_h|| so exp stays finite
+                for i in range(n):
+                    for j in range(n):
+                        out[i, j] = beta * s[i, j]
+            else:  # relu: the weights themselves
+                for i in range(n):
+                    for j in range(n):
+                        out[i, j] = max(beta * s[i, j], 0.0) / n
+
+
+@numba.njit(cache=True, parallel=True)
+def _output_phase(x, weights, rows, values_t, shared_values, attention, spherical, out):
+    """``dx/dt`` from the weights: sum over heads of ``W_h (X V_h^T)``, then ``P_x``."""
+    n_batch, n, d = x.shape
+    n_heads = weights.shape[1]
+    for b in numba.prange(n_batch):
+        xb = x[b]
         v = np.zeros((n, d))
         for h in range(n_heads):
-            y = np.dot(xb, scores[b, h])  # rows: M_h x_j
-            s = np.dot(y, xb_t)  # s_ij = <x_i, M_h x_j>
-            _weights_inplace(s, beta, attention, n)
+            w = weights[b, h]
+            if attention == 0:
+                for i in range(n):
+                    inv = 1.0 / np.sum(w[i])
+                    for j in range(n):
+                        w[i, j] *= inv
             if shared_values:
-                v += np.dot(s, y)
+                v += np.dot(w, rows[b, h])
             else:
-                v += np.dot(s, np.dot(xb, values_t[b, h]))
+                v += np.dot(w, np.dot(np.ascontiguousarray(xb), values_t[b, h]))
         if attention == 1:
             v *= 1.0 / n
         for i in range(n):
@@ -83,6 +75,44 @@ def velocity(x, scores, values_t, shared_values, beta, attention, spherical, out
                     radial += v[i, k] * xb[i, k]
             for k in range(d):
                 out[b, i, k] = v[i, k] - radial * xb[i, k]
+
+
+class Workspace:
+    """Buffers reused across calls for a batch shape ``(B, H, n, d)``."""
+
+    def __init__(self):
+        self.shape = None
+
+    def get(self, n_batch, n_heads, n, d):
+        if self.shape != (n_batch, n_heads, n, d):
+            self.shape = (n_batch, n_heads, n, d)
+            self.logits = np.empty((n_batch, n_heads, n, n))
+            self.rows = np.empty((n_batch, n_heads, n, d))
+        return self.logits, self.rows
+
+
+def velocity(x, scores, values_t, shared_values, beta, attention, spherical, out, workspace=None):
+    """Write ``dx/dt`` of every trajectory into ``out`` and return it.
+
+    Parameters
+    ----------
+    x : (B, n, d) float64, C-contiguous
+    scores : (B, H, d, d) float64, symmetric ``M_h`` per trajectory
+    values_t : (B, H, d, d) float64, ``V_h^T`` (ignored when ``shared_values``)
+    shared_values : bool, ``V_h = M_h`` (reuses ``X M_h``)
+    attention : int, code from ``ATTENTION_CODES``
+    spherical : bool, project onto the tangent space (MODEL.md ``P_x``)
+
+    The exponentials run in numpy between two compiled phases: numpy's exp is
+    SIMD-vectorised, numba's (without SVML) is scalar and cost half the time.
+    (Splitting the exp over threads was measured and gained nothing.)
+    """
+    n_batch, n, d = x.shape
+    logits, rows = (workspace or Workspace()).get(n_batch, scores.shape[1], n, d)
+    _scores_phase(x, scores, beta, attention, logits, rows)
+    if attention != 2:
+        np.exp(logits, out=logits)
+    _output_phase(x, logits, rows, values_t, shared_values, attention, spherical, out)
     return out
 
 
@@ -92,3 +122,74 @@ def flops_per_trajectory(n: int, d: int, H: int, shared_values: bool = True) -> 
     if not shared_values:
         per_head += 2 * n * d * d
     return H * per_head
+
+
+@numba.njit(cache=True, parallel=True)
+def stage_state(y, h, stages, coeffs, out):
+    """``out[b] = y[b] + h[b] * sum_j coeffs[j] stages[j, b]`` in one pass (RK stage input)."""
+    n_batch = y.shape[0]
+    flat_y = y.reshape(n_batch, -1)
+    flat_k = stages.reshape(stages.shape[0], n_batch, -1)
+    flat_out = out.reshape(n_batch, -1)
+    size = flat_y.shape[1]
+    for b in numba.prange(n_batch):
+        for e in range(size):
+            acc = 0.0
+            for j in range(coeffs.size):
+                if coeffs[j] != 0.0:
+                    acc += coeffs[j] * flat_k[j, b, e]
+            flat_out[b, e] = flat_y[b, e] + h[b] * acc
+    return out
+
+
+@numba.njit(cache=True, parallel=True)
+def error_norm(y, y_new, h, stages, weights, rtol, atol):
+    """RMS over each trajectory of ``h sum_j weights[j] K_j / (atol + rtol max(|y|, |y_new|))``."""
+    n_batch = y.shape[0]
+    flat_y = y.reshape(n_batch, -1)
+    flat_new = y_new.reshape(n_batch, -1)
+    flat_k = stages.reshape(stages.shape[0], n_batch, -1)
+    size = flat_y.shape[1]
+    result = np.empty(n_batch)
+    for b in numba.prange(n_batch):
+        total = 0.0
+        for e in range(size):
+            err = 0.0
+            for j in range(weights.size):
+                err += weights[j] * flat_k[j, b, e]
+            scale = atol + rtol * max(abs(flat_y[b, e]), abs(flat_new[b, e]))
+            r = h[b] * err / scale
+            total += r * r
+        result[b] = np.sqrt(total / size)
+    return result
+
+
+@numba.njit(cache=True)
+def dense_state(y, h, stages, indices, sigma, poly):
+    """Dense output ``y + h sum_s K_s sum_k poly[s, k] sigma^(k+1)`` for trajectories ``indices``.
+
+    Scalar loops on purpose: a BLAS call here would round differently with the
+    number of rows, and a trajectory's output must not depend on its batch.
+    """
+    n_batch = y.shape[0]
+    n_stages, degree = poly.shape
+    flat_y = y.reshape(n_batch, -1)
+    flat_k = stages.reshape(n_stages, n_batch, -1)
+    size = flat_y.shape[1]
+    out = np.empty((indices.size,) + y.shape[1:])
+    flat_out = out.reshape(indices.size, -1)
+    weights = np.zeros(n_stages)
+    for r in range(indices.size):
+        b = indices[r]
+        for j in range(n_stages):
+            acc, power = 0.0, 1.0
+            for k in range(degree):
+                power *= sigma[r]
+                acc += poly[j, k] * power
+            weights[j] = acc
+        for e in range(size):
+            acc = 0.0
+            for j in range(n_stages):
+                acc += weights[j] * flat_k[j, b, e]
+            flat_out[r, e] = flat_y[b, e] + h[b] * acc
+    return out

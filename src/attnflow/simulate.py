@@ -10,7 +10,7 @@ from . import __version__
 from .cell import MAX_EXPONENT, Cell
 from . import generators
 from .integrate import BatchedField, IntegrationError, integrate
-from .kernels import ATTENTION_CODES, velocity
+from .kernels import ATTENTION_CODES, Workspace, velocity
 from .observables import first_crossing, trajectory_observables
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
@@ -32,12 +32,13 @@ class AttentionField(BatchedField):
         self.beta = float(beta)
         self.attention = ATTENTION_CODES[attention]
         self.spherical = bool(spherical)
+        self.workspace = Workspace()
 
     def __call__(self, y):
         out = np.empty_like(y)
         return velocity(
             np.ascontiguousarray(y), self.scores, self.values_t, self.shared_values,
-            self.beta, self.attention, self.spherical, out,
+            self.beta, self.attention, self.spherical, out, self.workspace,
         )
 
     def restrict(self, indices):

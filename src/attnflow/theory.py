@@ -75,7 +75,7 @@ def _inflection_u(m: float) -> float:
     hi = 3.0
     while g(hi) < 0.0:
         hi *= 2.0
-    return brentq(g, 2.0 + 1e-300, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps)
+    return brentq(g, 2.0 * (1.0 + 4 * np.finfo(float).eps), hi, xtol=1e-15, rtol=4 * np.finfo(float).eps)
 
 
 def lambda_c(beta, n):

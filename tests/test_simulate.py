@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+from reference import random_sphere, random_symmetric
+
+import attnflow
+from attnflow import Cell, SimulationError, simulate
+
+
+def test_dataset_layout_and_metadata():
+    cell = Cell(H=2, n=5, d=4, seeds=[3, 7], t_max=1.0, n_samples=6, save_positions=True)
+    ds = simulate(cell)
+    assert dict(ds.sizes) == {"seed": 2, "time": 6, "head": 2, "token": 5, "dim": 4, "dim_col": 4}
+    assert list(ds.seed.values) == [3, 7]
+    assert ds.energy.dims == ("seed", "time", "head")
+    assert ds.rd_margin.dims == ("seed", "time", "head", "token")
+    assert ds.x.dims == ("seed", "time", "token", "dim")
+    for name, var in ds.data_vars.items():
+        assert "units" in var.attrs and "description" in var.attrs, name
+    for field, value in cell.to_dict().items():
+        assert ds.attrs[f"cell_{field}"] == value
+    assert ds.attrs["attnflow_version"] == attnflow.__version__
+    assert "x" not in simulate(cell.replace(save_positions=False))
+
+
+def test_censoring_and_interpolated_cluster_time():
+    cell = Cell(H=1, n=4, d=3, beta=1.0, seeds=3, t_max=0.2, n_samples=5)
+    short = simulate(cell)
+    assert short.censored.all() and np.isnan(short.t_cluster).all()
+    long = simulate(cell.replace(t_max=40.0, n_samples=401))
+    assert not long.censored.any()
+    eps = 1.0 - long.gamma_min.values
+    for b in range(3):
+        tc = float(long.t_cluster[b])
+        k = np.searchsorted(long.time.values, tc)
+        # The crossing lies between the bracketing samples, and interpolating
+        # epsilon linearly there gives the threshold back.
+        assert eps[b, k - 1] > 1e-3 >= eps[b, k]
+        t0, t1 = long.time.values[k - 1], long.time.values[k]
+        interp = eps[b, k - 1] + (tc - t0) / (t1 - t0) * (eps[b, k] - eps[b, k - 1])
+        assert interp == pytest.approx(1e-3, rel=1e-12)
+    # Never the horizon: a censored run is NaN, never t_max.
+    assert not np.any(long.t_cluster.values == 40.0)
+
+
+def test_norm_drift_round_off_on_sphere_and_real_in_flat():
+    ds = simulate(Cell(H=2, n=8, d=6, heads="random", seeds=4, t_max=5.0))
+    assert float(ds.norm_drift.max()) < 1e-14
+    flat = simulate(Cell(H=2, n=8, d=6, heads="random", geometry="flat", seeds=2, t_max=0.5))
+    assert float(flat.norm_drift.min()) > 1e-6
+
+
+def test_seed_is_independent_of_its_batch():
+    one = simulate(Cell(H=2, n=6, d=6, heads="random", seeds=[3], t_max=2.0, save_positions=True))
+    many = simulate(Cell(H=2, n=6, d=6, heads="random", seeds=4, t_max=2.0, save_positions=True))
+    np.testing.assert_array_equal(one.x.sel(seed=3).values, many.x.sel(seed=3).values)
+    np.testing.assert_array_equal(one.energy.sel(seed=3).values, many.energy.sel(seed=3).values)
+
+
+def test_explicit_inputs_replace_generators_and_are_recorded(rng):
+    n, d, H = 5, 4, 2
+    m = random_symmetric(rng, H, d)
+    v = rng.standard_normal((H, d, d))
+    x0 = random_sphere(rng, n, d)
+    cell = Cell(H=H, n=n, d=d, seeds=2, t_max=0.5, n_samples=3, save_positions=True)
+    ds = simulate(cell, x0=x0, score_matrices=m, value_matrices=v)
+    # On the sphere explicit tokens are re-normalised: a change of an ulp or two.
+    np.testing.assert_allclose(ds.x.isel(time=0).values, np.stack([x0, x0]), rtol=0, atol=5e-16)
+    np.testing.assert_array_equal(ds.score_matrix.isel(seed=1).values, m)
+    np.testing.assert_array_equal(ds.value_matrix.isel(seed=0).values, v)
+    assert ds.attrs["heads_source"] == "explicit" and ds.attrs["x0_source"] == "explicit"
+
+
+def test_explicit_inputs_refused_with_clear_messages(rng):
+    cell = Cell(H=2, n=5, d=4, seeds=1, t_max=0.5)
+    with pytest.raises(ValueError, match="x0: tokens are not on the unit sphere"):
+        simulate(cell, x0=2.0 * random_sphere(rng, 5, 4))
+    with pytest.raises(ValueError, match=r"x0: shape \(5, 3\)"):
+        simulate(cell, x0=random_sphere(rng, 5, 3))
+    with pytest.raises(ValueError, match="score_matrices: not symmetric"):
+        simulate(cell, score_matrices=rng.standard_normal((2, 4, 4)))
+    with pytest.raises(ValueError, match="score_matrices: beta"):
+        simulate(cell.replace(beta=100.0), score_matrices=10 * np.stack([np.eye(4)] * 2))
+
+
+def test_step_budget_failure_names_the_cell():
+    cell = Cell(H=2, n=6, d=6, attention="usa", beta=8.0, heads="random", seeds=1, t_max=50.0,
+                max_steps=50)
+    with pytest.raises(SimulationError, match=r"cell\(H=2, n=6.*attention='usa'.*step budget"):
+        simulate(cell)
