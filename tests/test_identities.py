@@ -101,6 +101,8 @@ def test_thm27_entropy_rate_by_finite_differences(rng):
         cov = np.sum(p * s * sdot, 1) - np.sum(p * s, 1) * np.sum(p * sdot, 1)
         # Central difference: O(eps^2) ~ 1e-10 truncation, 1e-11 cancellation.
         np.testing.assert_allclose(-(beta**2) * cov, fd[h], atol=1e-8)
+        np.testing.assert_allclose(_obs(x, m, beta, "softmax", True)["entropy_rate"][h], fd[h],
+                                   atol=1e-8)
     # The package's entropy is the same quantity as the reference's.
     np.testing.assert_allclose(_obs(x, m, beta, "softmax", True)["entropy"], entropies(x, m, beta),
                                rtol=1e-13)

@@ -76,13 +76,29 @@ def _max_over_other_heads(a):
     return np.where(is_top, second, top)
 
 
-def pair_cosines(x):
-    """Mean and minimum of ``<x_i, x_j>`` over pairs ``i < j``."""
+def pair_cosines(x, xdot):
+    """Mean and minimum of ``<x_i, x_j>`` over pairs ``i < j``, and the exact rate of the mean."""
     n = x.shape[-2]
     gram = x @ np.swapaxes(x, -1, -2)
+    cross = xdot @ np.swapaxes(x, -1, -2)
     iu = np.triu_indices(n, k=1)
     pairs = gram[..., iu[0], iu[1]]
-    return pairs.mean(axis=-1), pairs.min(axis=-1)
+    rates = cross[..., iu[0], iu[1]] + cross[..., iu[1], iu[0]]
+    return pairs.mean(axis=-1), pairs.min(axis=-1), rates.mean(axis=-1)
+
+
+def entropy_rate(s, y, xdot, beta):
+    """Thm 27: ``dH_i/dt = -beta^2 Cov_p(s_ij, ds_ij/dt)``, ``p = softmax_j(beta s_ij)``.
+
+    With symmetric ``M_h`` and rows ``y_j = M_h x_j``: ``ds_ij/dt = <xdot_i, y_j> + <y_i, xdot_j>``.
+    """
+    xd = xdot[..., None, :, :]
+    sdot = xd @ np.swapaxes(y, -1, -2) + y @ np.swapaxes(xd, -1, -2)
+    z = beta * s
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    mean_s = np.sum(p * s, axis=-1, keepdims=True)
+    return -(beta**2) * np.sum(p * (s - mean_s) * sdot, axis=-1)
 
 
 def observables(x, scores, values_t, beta, attention, spherical):
@@ -110,7 +126,7 @@ def observables(x, scores, values_t, beta, attention, spherical):
     f_norm = np.linalg.norm(f, axis=-1)
     rd_margin_sufficient = tangential - (H - 1) * np.abs(radial) * _max_over_other_heads(f_norm)
 
-    gamma_mean, gamma_min = pair_cosines(x)
+    gamma_mean, gamma_min, gamma_mean_rate = pair_cosines(x, xdot)
     return {
         "energy": energy,
         "energy_rate": energy_rate,
@@ -120,7 +136,9 @@ def observables(x, scores, values_t, beta, attention, spherical):
         "rd_margin": rd_margin,
         "rd_margin_sufficient": rd_margin_sufficient,
         "entropy": entropy(s, beta),
+        "entropy_rate": entropy_rate(s, y, xdot, beta),
         "gamma_mean": gamma_mean,
+        "gamma_mean_rate": gamma_mean_rate,
         "gamma_min": gamma_min,
     }
 

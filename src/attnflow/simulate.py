@@ -66,7 +66,11 @@ _VARIABLES = {
         "sufficient margin T^h_i - (H-1) |a^h_i| max_{h'!=h} ||f^h'_i||",
     ),
     "entropy": (("head", "token"), "nat", "attention entropy of softmax_j(beta s^h_ij)"),
+    "entropy_rate": (
+        ("head", "token"), "nat/time", "Thm 27: -beta^2 Cov_p(s_ij, ds_ij/dt), exact",
+    ),
     "gamma_mean": ((), "1", "mean pairwise cosine <x_i, x_j>, i < j"),
+    "gamma_mean_rate": ((), "1/time", "exact d gamma_mean / dt from the velocities"),
     "gamma_min": ((), "1", "minimum pairwise cosine <x_i, x_j>, i < j"),
 }
 

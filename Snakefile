@@ -1,0 +1,24 @@
+# attnflow sweep workflow: config -> simulation stores -> dask summaries -> figures.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+
+
+rule all:
+    input:
+        expand(
+            f"{RESULTS}/figures/{{experiment}}.{{ext}}",
+            experiment=EXPERIMENT_NAMES,
+            ext=["png", "pdf"],
+        ),
+
+
+include: "workflow/rules/simulate.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/plot.smk"

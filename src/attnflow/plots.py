@@ -1,0 +1,169 @@
+"""Figures from summary datasets: one function per experiment, closed form next to measurement."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import seaborn as sns  # noqa: E402
+import xarray as xr  # noqa: E402
+
+sns.set_theme(context="paper", style="whitegrid")
+
+
+def _fixed(ds: xr.Dataset, config: dict, experiment: str) -> str:
+    fixed = config["experiments"][experiment].get("fixed", {})
+    keys = ("attention", "heads", "H", "n", "d", "beta", "init", "geometry")
+    return ", ".join(f"{k}={fixed[k]}" for k in keys if k in fixed)
+
+
+def energy(ds, config):
+    grid = sns.FacetGrid(ds.energy_head.to_dataframe().reset_index(), row="heads", col="geometry",
+                         hue="head", height=2.6, aspect=1.3, sharey=False)
+    grid.map_dataframe(sns.lineplot, x="time", y="energy_head")
+    for (heads, geometry), ax in grid.axes_dict.items():
+        total = ds.energy_total.sel(heads=heads, geometry=geometry)
+        ax.plot(ds.time, total, color="k", lw=1.5, label=r"$E_{multi}$")
+        res = float(ds.thm11_residual.sel(heads=heads, geometry=geometry))
+        falling = float(ds.frac_head_falling.sel(heads=heads, geometry=geometry))
+        ax.set_title(f"{heads}, {geometry}\nThm 11 residual {res:.1e}; head falling {falling:.0%}",
+                     fontsize=8)
+    grid.set_axis_labels(r"time $t$", r"energy $E_h$ (mean over seeds)")
+    grid.add_legend(title=r"head $h$ (black: total)")
+    grid.figure.suptitle(f"Energy (Thm 11, 16-17); {_fixed(ds, config, 'energy')}", y=1.02)
+    return grid.figure
+
+
+def beta_star(ds, config):
+    frac = ds.frac_mono_path.to_dataframe().reset_index()
+    grid = sns.relplot(data=frac, x="beta", y="frac_mono_path", hue="attention", style="attention",
+                       row="H", col="n", kind="line", markers=True, height=2.6, aspect=1.3)
+    for (H, n), ax in grid.axes_dict.items():
+        closed = float(ds.beta_star_closed.sel(H=H, n=n))
+        if closed > 0:
+            ax.axvline(closed, color="k", ls="--", label=r"$\beta^*(H,n)$")
+        ax.axvline(float(ds.beta_orthogonal.sel(H=H, n=n)), color="tab:red", ls=":",
+                   label="orthogonal-token check")
+        for att, color in zip(ds.attention.values, sns.color_palette()):
+            mean = float(ds.beta_emp_mean.sel(H=H, n=n, attention=att))
+            std = float(ds.beta_emp_std.sel(H=H, n=n, attention=att))
+            if np.isfinite(mean):
+                ax.errorbar(mean, 0.5, xerr=std, fmt="o", color=color, ms=4, capsize=3)
+        rd = ds.frac_time_rd.sel(H=H, n=n).mean("attention")
+        ax.plot(ds.beta, rd, color="gray", lw=1, label="time in Radial Dominance")
+        ax.set_xscale("log")
+        ax.set_title(f"H={H}, n={n}; " + (f"$\\beta^*$={closed:.3f}" if closed > 0
+                                          else r"$\beta^*\leq 0$"), fontsize=8)
+    grid.set_axis_labels(r"inverse temperature $\beta$", "fraction of runs per-head monotone")
+    handles, labels = grid.axes.flat[0].get_legend_handles_labels()
+    grid.axes.flat[0].legend(handles, labels, fontsize=6)
+    grid.figure.suptitle("Critical inverse temperature (Thm 19): dots = empirical threshold "
+                         f"(mean ± sd over seeds); {_fixed(ds, config, 'beta_star')}", y=1.02)
+    return grid.figure
+
+
+def superadditivity(ds, config):
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    palette = sns.color_palette(n_colors=ds.sizes["beta"])
+    for beta, color in zip(ds.beta.values, palette):
+        sub = ds.sel(beta=beta)
+        ratio = sub.early_rate.sel(lambda_dist="linear") / sub.early_rate.sel(lambda_dist="equal")
+        theory_ratio = (sub.early_rate_theory.sel(lambda_dist="linear")
+                        / sub.early_rate_theory.sel(lambda_dist="equal"))
+        axes[0].plot(ds.lambda_bar, theory_ratio, color=color, label=rf"$\sum\phi / H\phi$, $\beta$={beta:g}")
+        axes[0].plot(ds.lambda_bar, ratio, "o", color=color, label="measured")
+        axes[0].axvline(float(sub.lambda_c.max()), color=color, ls="--", lw=1)
+        for dist, marker in (("equal", "s"), ("linear", "^")):
+            axes[1].plot(sub.late_rate_theory.sel(lambda_dist=dist), sub.late_rate.sel(lambda_dist=dist),
+                         marker, color=color, label=f"{dist}, $\\beta$={beta:g}")
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set_xlabel(r"mean head strength $\bar\lambda$ (dashed: $\lambda_c$)")
+    axes[0].set_ylabel("early rate, heterogeneous / equal")
+    axes[0].legend(fontsize=6)
+    lim = float(np.nanmax(ds.late_rate_theory)) * 1.05
+    axes[1].plot([0, lim], [0, lim], color="k", lw=0.8, label=r"$2\Lambda$")
+    axes[1].set_xlabel(r"closed form $2\Lambda$")
+    axes[1].set_ylabel(r"fitted late rate of $\epsilon(t)$")
+    axes[1].legend(fontsize=6)
+    fig.suptitle(f"Heterogeneous heads (Thm 22); spread fixed; {_fixed(ds, config, 'superadditivity')}")
+    fig.tight_layout()
+    return fig
+
+
+def clustering_time(ds, config):
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for att, marker in zip(ds.attention.values, ("o", "s")):
+        for d in ds.d.values:
+            t = ds.t_cluster_median.sel(attention=att, d=d)
+            slope = float(ds.exponent_n.sel(attention=att, d=d)) if "exponent_n" in ds else np.nan
+            axes[0].plot(ds.n, t.where(np.isfinite(t)), marker + "-",
+                         label=f"{att}, d={d}: slope {slope:.2f}")
+            cens = ds.censored_fraction.sel(attention=att, d=d)
+            axes[0].plot(ds.n.where(cens >= 0.5), np.full(ds.sizes["n"], float(np.nanmax(
+                ds.t_cluster.max())) * 1.2), "x", color="gray")
+        for n in ds.n.values:
+            t = ds.t_cluster_median.sel(attention=att, n=n)
+            axes[1].plot(ds.d, t.where(np.isfinite(t)), marker + "-", label=f"{att}, n={n}")
+    n = ds.n.values.astype(float)
+    ref = float(np.nanmin(ds.t_cluster_median.where(np.isfinite(ds.t_cluster_median))))
+    axes[0].plot(n, ref * n / n[0], "k--", lw=1, label=r"$O(n)$")
+    axes[0].plot(n, ref * n * np.log(float(ds.d.max())) / (n[0] * np.log(float(ds.d.max()))),
+                 "k:", lw=1, label=r"$O(n \log d)$ (d fixed)")
+    for ax, xl in zip(axes, (r"tokens $n$", r"dimension $d$")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(xl)
+        ax.set_ylabel(r"median $T_\epsilon$ (x: $\geq$ half censored)")
+        ax.legend(fontsize=6)
+    fig.suptitle(f"Clustering time (Thm 25); {_fixed(ds, config, 'clustering_time')}")
+    fig.tight_layout()
+    return fig
+
+
+def entropy(ds, config):
+    df = ds.entropy.to_dataframe().reset_index()
+    grid = sns.relplot(data=df, x="time", y="entropy", hue="beta", col="n", kind="line",
+                       height=2.8, aspect=1.3, palette="viridis")
+    for n, ax in grid.axes_dict.items():
+        ax.axhline(np.log(n), color="k", ls="--", label=r"$\log n$")
+        res = float(ds.thm27_residual.sel(n=n).max())
+        ax.set_title(f"n={n}; Thm 27 residual {res:.1e} (finite differences)", fontsize=8)
+        ax.legend(fontsize=6)
+    grid.set_axis_labels(r"time $t$", r"attention entropy $H^h_i$ (nat)")
+    grid.figure.suptitle(f"Entropy production (Thm 27); {_fixed(ds, config, 'entropy')}", y=1.03)
+    return grid.figure
+
+
+def orthogonality(ds, config):
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    ax.plot(ds.delta, ds.frac_runs_monotone, "o-", label="runs with every head monotone")
+    ax.plot(ds.delta, ds.min_relative_rate, "s-", label=r"min $\dot E_h$ / max $|\dot E_h|$")
+    ax.plot(ds.delta, ds.cross_norm, "k:", label=r"$\max\|M_{h'} M_h\|_{op}$")
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xlabel(r"perturbation norm $\delta$")
+    ax.set_ylabel("fraction / ratio")
+    ax.legend(fontsize=7)
+    ax.set_title(f"Approximate orthogonality (Thm 39)\n{_fixed(ds, config, 'orthogonality')}",
+                 fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {
+    "energy": energy,
+    "beta_star": beta_star,
+    "superadditivity": superadditivity,
+    "clustering_time": clustering_time,
+    "entropy": entropy,
+    "orthogonality": orthogonality,
+}
+
+
+def render(experiment: str, ds: xr.Dataset, config: dict, outputs) -> None:
+    """Draw the experiment's figure and save it to every path in ``outputs`` (PNG, PDF)."""
+    fig = FIGURES[experiment](ds, config)
+    for path in outputs:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)

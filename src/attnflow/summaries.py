@@ -1,0 +1,234 @@
+"""Reduce an experiment's trajectory stores into one summary dataset (lazily, with dask).
+
+Each store is opened with ``xr.open_zarr`` (dask-backed), reduced per cell to
+a few quantities, stacked along the experiment's grid axes with an explicit
+outer join (a missing cell is NaN, never dropped) and computed once at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from . import theory
+from .observables import observables
+
+
+def _open(path: Path) -> xr.Dataset:
+    return xr.open_zarr(path, consolidated=True)
+
+
+def _before_cluster(ds: xr.Dataset) -> xr.DataArray:
+    """Mask (seed, time): samples up to ``t_cluster`` (the whole run when censored)."""
+    horizon = ds.t_cluster.fillna(ds.time[-1])
+    return ds.time <= horizon
+
+
+def _energy(ds: xr.Dataset) -> xr.Dataset:
+    total_rate = ds.energy_rate.sum("head")
+    residual = abs(total_rate - ds.kinetic).max(("seed", "time")) / ds.kinetic.max(("seed", "time"))
+    falling = (ds.energy_rate < 0).any("head").mean(("seed", "time"))
+    return xr.Dataset({
+        "energy_total": ds.energy.sum("head").mean("seed"),
+        "energy_head": ds.energy.mean("seed"),
+        "thm11_residual": residual,
+        "frac_head_falling": falling,
+    })
+
+
+def _beta_star(ds: xr.Dataset) -> xr.Dataset:
+    keep = _before_cluster(ds)
+    monotone = (ds.energy_rate >= 0).all("head")
+    inside = (ds.rd_margin >= 0).all(("head", "token"))
+    n_kept = keep.sum("time")
+    return xr.Dataset({
+        "mono_t0": monotone.isel(time=0),
+        "mono_path": (monotone | ~keep).all("time"),
+        "frac_time_rd": ((inside & keep).sum("time") / n_kept).mean("seed"),
+        "frac_runs_rd": (inside | ~keep).all("time").mean("seed"),
+    })
+
+
+def _late_rate(eps: np.ndarray, t: np.ndarray) -> float:
+    """Fitted rate of ``epsilon ~ C exp(-r t)`` over the samples with 1e-10 < eps < 1e-3."""
+    use = (eps > 1e-10) & (eps < 1e-3)
+    if use.sum() < 3:
+        return np.nan
+    return -np.polyfit(t[use], np.log(eps[use]), 1)[0]
+
+
+def _superadditivity(ds: xr.Dataset) -> xr.Dataset:
+    eps = (1.0 - ds.gamma_min).mean("seed")
+    late = xr.apply_ufunc(_late_rate, eps, ds.time, input_core_dims=[["time"], ["time"]],
+                          dask="parallelized", output_dtypes=[float])
+    beta, n = float(ds.beta), int(ds.n)  # phi of theory, written on the lazy array
+    return xr.Dataset({
+        "early_rate": ds.gamma_mean_rate.isel(time=0).mean("seed"),
+        "early_rate_theory": (2 * ds.lam / (np.exp(beta * ds.lam) + n - 1)).sum("head").mean("seed"),
+        "late_rate": late,
+        "late_rate_theory": (2 * ds.lam.sum("head")).mean("seed"),
+        "lambda_c": float(theory.lambda_c(beta, n)),
+    })
+
+
+def _clustering_time(ds: xr.Dataset) -> xr.Dataset:
+    # A censored run clustered after t_max: +inf for the median, so a median
+    # with half the runs censored is itself censored (inf), never biased low.
+    t_hit = ds.t_cluster.load().where(~ds.censored.load(), np.inf)
+    return xr.Dataset({
+        "t_cluster": ds.t_cluster,
+        "t_cluster_median": t_hit.median("seed"),
+        "censored_fraction": ds.censored.mean("seed"),
+    })
+
+
+def _entropy(ds: xr.Dataset) -> xr.Dataset:
+    ent = ds.entropy.mean(("seed", "head", "token"))
+    fd = ds.entropy.differentiate("time")
+    scale = abs(ds.entropy_rate).max()
+    return xr.Dataset({
+        "entropy": ent,
+        "log_n": np.log(float(ds.n)),
+        # Central differences on the sample grid: O(dt^2) truncation, not round-off.
+        "thm27_residual": abs(fd - ds.entropy_rate).isel(time=slice(1, -1)).max() / scale,
+        "min_entropy_step": ds.entropy.diff("time").min(),
+    })
+
+
+def _orthogonality(ds: xr.Dataset) -> xr.Dataset:
+    monotone = (ds.energy_rate >= 0).all("head")
+    scale = abs(ds.energy_rate).max(("time", "head"))
+    return xr.Dataset({
+        "frac_samples_monotone": monotone.mean(("seed", "time")),
+        "frac_runs_monotone": monotone.all("time").mean("seed"),
+        "min_relative_rate": (ds.energy_rate.min(("time", "head")) / scale).min("seed"),
+        "cross_norm": _max_cross_norm(ds.score_matrix),
+    })
+
+
+def _max_cross_norm(m: xr.DataArray) -> xr.DataArray:
+    """max over seeds and head pairs of ``||M_h' M_h||_op`` (the delta of Thm 39)."""
+    arr = np.asarray(m.values)
+    H = arr.shape[1]
+    worst = 0.0
+    for a in range(H):
+        for b in range(H):
+            if a != b:
+                worst = max(worst, float(np.max(np.linalg.norm(arr[:, a] @ arr[:, b], 2, axis=(-2, -1)))))
+    return xr.DataArray(worst)
+
+
+REDUCERS = {
+    "energy": _energy,
+    "beta_star": _beta_star,
+    "superadditivity": _superadditivity,
+    "clustering_time": _clustering_time,
+    "entropy": _entropy,
+    "orthogonality": _orthogonality,
+}
+
+
+def summarise(experiment: str, entries: Sequence[tuple[dict, Path]]) -> xr.Dataset:
+    """Reduce ``(grid coords, store path)`` pairs into one dataset over the grid axes.
+
+    Grid axes become dimensions; a cell whose store is missing is NaN in every
+    variable and counted in ``attrs['missing_cells']``.
+    """
+    reducer = REDUCERS[experiment]
+    axes = list(entries[0][0]) if entries else []
+    pieces, missing = [], []
+    for coords, path in entries:
+        if not Path(path).exists():
+            missing.append(str(path))
+            continue
+        ds = _open(path)
+        piece = reducer(ds).expand_dims("cell").assign_coords(
+            {a: ("cell", [v]) for a, v in coords.items()}
+        )
+        pieces.append(piece)
+    if not pieces:
+        raise FileNotFoundError(f"{experiment}: none of the {len(entries)} stores exists")
+    out = xr.concat(pieces, dim="cell", join="outer", fill_value=np.nan, coords="minimal",
+                    compat="override", combine_attrs="drop")
+    if len(axes) == 1:
+        out = out.swap_dims(cell=axes[0])
+    elif axes:
+        out = out.set_index(cell=axes).unstack("cell", fill_value=np.nan)
+    out = out.compute()
+    out = _derive(experiment, out)
+    out.attrs.update({"experiment": experiment, "n_cells": len(entries),
+                      "missing_cells": missing})
+    return out
+
+
+def _derive(experiment: str, out: xr.Dataset) -> xr.Dataset:
+    """Quantities across cells: thresholds, fits, closed forms on the same grid."""
+    if experiment == "beta_star":
+        out = out.sortby("beta")
+        fails = ~out.mono_path.astype(bool)
+        first = fails.argmax("beta")
+        per_seed = out.beta.isel(beta=first).where(fails.any("beta"))
+        out["beta_emp"] = per_seed
+        out["beta_emp_mean"] = per_seed.mean("seed")
+        out["beta_emp_std"] = per_seed.std("seed")
+        out["beta_emp_censored"] = per_seed.isnull().mean("seed")
+        out["frac_mono_t0"] = out.mono_t0.astype(float).mean("seed")
+        out["frac_mono_path"] = out.mono_path.astype(float).mean("seed")
+        out["beta_star_closed"] = xr.apply_ufunc(theory.beta_star, out.H, out.n)
+        out["beta_orthogonal"] = xr.apply_ufunc(
+            np.vectorize(orthogonal_threshold), out.H, out.n
+        )
+    if experiment == "clustering_time":
+        for axis in ("n", "d"):
+            if axis in out.dims and out.sizes[axis] > 1:
+                out[f"exponent_{axis}"] = _loglog_slope(out.t_cluster_median, axis)
+    return out
+
+
+def _loglog_slope(y: xr.DataArray, axis: str) -> xr.DataArray:
+    def fit(values, x):
+        ok = np.isfinite(values) & (values > 0)
+        if ok.sum() < 2:
+            return np.nan
+        return np.polyfit(np.log(x[ok]), np.log(values[ok]), 1)[0]
+    return xr.apply_ufunc(fit, y, y[axis], input_core_dims=[[axis], [axis]], vectorize=True)
+
+
+def orthogonal_threshold(H: int, n: int, alpha: float = 1.0, tol: float = 1e-12) -> float:
+    """Largest beta for which the sufficient Radial-Dominance margin holds at orthogonal tokens.
+
+    Bisection on the exact margin (equal scalar heads ``alpha I``, ``x_i = e_i``),
+    an independent check of ``theory.beta_star``. NaN when no positive beta
+    satisfies it.
+    """
+    H, n = int(H), int(n)
+    x = np.eye(n)
+    scores = np.broadcast_to(alpha * np.eye(n), (H, n, n))
+
+    def margin(beta):
+        return observables(x, scores, scores, beta, "softmax", True)["rd_margin_sufficient"].min()
+
+    lo, hi = 1e-9, 1.0
+    if margin(lo) < 0:
+        return np.nan
+    while margin(hi) >= 0:
+        lo, hi = hi, 2 * hi
+        if hi > 1e3:
+            return np.inf
+    while hi - lo > tol * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if margin(mid) >= 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def cell_entries(config: dict, experiment: str, root: str | Path) -> list[tuple[dict, Path]]:
+    """``(grid coords, store path)`` for every cell of an experiment."""
+    from .sweep import experiment_cells, store_path
+
+    return [(coords, store_path(root, cell)) for coords, cell in experiment_cells(config, experiment)]
+
+
+__all__ = ["REDUCERS", "cell_entries", "orthogonal_threshold", "summarise"]

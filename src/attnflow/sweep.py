@@ -1,0 +1,144 @@
+"""From a sweep config to cells, batches and stores.
+
+A config has ``defaults`` (cell fields shared by every experiment) and
+``experiments``: each with ``fixed`` cell fields, a ``grid`` (cell field ->
+list of values; cells are the Cartesian product) and ``batch_over`` (grid axes
+whose values share one job). A cell's store is named by a hash of all its
+fields, so adding a value to an axis adds stores and changes none; a batch job
+computes only the stores of its cells that do not exist yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from .cell import Cell
+from .simulate import SimulationError, simulate
+
+EXPERIMENTS = ("energy", "beta_star", "superadditivity", "clustering_time", "entropy", "orthogonality")
+STORE_SUFFIX = ".zarr"
+
+
+class ConfigError(ValueError):
+    """A sweep config that cannot run; the message names the key and value."""
+
+
+def cell_id(cell: Cell) -> str:
+    """Stable short name of a cell: a hash of every field (values as JSON)."""
+    text = json.dumps(cell.to_dict(), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def experiment_cells(config: dict, experiment: str) -> list[tuple[dict, Cell]]:
+    """All cells of an experiment, each with its grid coordinates (axis -> value)."""
+    spec = config["experiments"][experiment]
+    grid = spec.get("grid", {})
+    base = {**config.get("defaults", {}), **spec.get("fixed", {})}
+    axes = list(grid)
+    for axis in axes:
+        if not isinstance(grid[axis], list) or not grid[axis]:
+            raise ConfigError(f"experiments.{experiment}.grid.{axis} = {grid[axis]!r}: "
+                              "must be a non-empty list")
+        if axis in base and axis in spec.get("fixed", {}):
+            raise ConfigError(f"experiments.{experiment}: {axis!r} is both fixed and a grid axis")
+    cells = []
+    for values in itertools.product(*(grid[a] for a in axes)):
+        coords = dict(zip(axes, values))
+        fields = {**base, **coords}
+        try:
+            cell = Cell(**fields)
+        except TypeError as err:  # unknown field name
+            raise ConfigError(f"experiments.{experiment}: {err}") from None
+        except ValueError as err:
+            raise ConfigError(f"experiments.{experiment} (cell {coords}): {err}") from None
+        cells.append((coords, cell))
+    return cells
+
+
+def experiment_batches(config: dict, experiment: str) -> dict[str, list[Cell]]:
+    """Cells of an experiment grouped into jobs: cells differing only along ``batch_over`` share one."""
+    spec = config["experiments"][experiment]
+    batch_over = [a for a in spec.get("batch_over", []) if a in spec.get("grid", {})]
+    groups: dict[str, list[Cell]] = {}
+    for coords, cell in experiment_cells(config, experiment):
+        key = {k: v for k, v in coords.items() if k not in batch_over}
+        label = "-".join(f"{k}{v}" for k, v in key.items()) or "all"
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+        groups.setdefault(f"{label}-{digest}" if len(label) < 60 else digest, []).append(cell)
+    return groups
+
+
+def validate_config(config: dict) -> None:
+    """Build every cell of every enabled experiment; raise ``ConfigError`` on the first bad one."""
+    experiments = config.get("experiments") or {}
+    if not experiments:
+        raise ConfigError("experiments: empty, nothing to run")
+    for name in experiments:
+        if name not in EXPERIMENTS:
+            raise ConfigError(f"experiments.{name}: unknown experiment (known: {', '.join(EXPERIMENTS)})")
+        if not experiment_cells(config, name):
+            raise ConfigError(f"experiments.{name}: the grid has no cells")
+
+
+def store_path(root: str | Path, cell: Cell) -> Path:
+    return Path(root) / f"{cell_id(cell)}{STORE_SUFFIX}"
+
+
+def write_store(ds: xr.Dataset, path: Path) -> None:
+    """Write ``ds`` so that ``path`` exists only once complete: a temporary store, then a rename."""
+    tmp = path.with_name(path.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    encoding = {name: {"chunks": var.shape} for name, var in ds.data_vars.items() if var.ndim}
+    # Zarr format 2: string coordinates and consolidated metadata are stable there
+    # (zarr 3 warns that both are not yet part of the v3 spec).
+    ds.to_zarr(tmp, mode="w", encoding=encoding, consolidated=True, zarr_format=2)
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)
+
+
+def with_cell_coords(ds: xr.Dataset, cell: Cell) -> xr.Dataset:
+    """Attach every cell field as a scalar coordinate (seeds stay the ``seed`` dimension)."""
+    coords = {f: v for f, v in cell.to_dict().items() if f != "seeds"}
+    return ds.assign_coords({k: np.asarray(v) for k, v in coords.items()})
+
+
+def run_batch(cells: Iterable[Cell], root: str | Path, log=print) -> list[Path]:
+    """Simulate every cell whose store is missing under ``root``; return all store paths."""
+    paths = []
+    cells = list(cells)
+    for i, cell in enumerate(cells, 1):
+        path = store_path(root, cell)
+        paths.append(path)
+        if path.exists():
+            log(f"[{i}/{len(cells)}] {path.name}: exists, skipped")
+            continue
+        ds = simulate(cell)
+        ds.attrs["cell_id"] = cell_id(cell)
+        write_store(with_cell_coords(ds, cell), path)
+        log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, "
+            f"{int(ds.n_steps.max())} steps, written")
+    return paths
+
+
+__all__ = [
+    "ConfigError",
+    "EXPERIMENTS",
+    "SimulationError",
+    "cell_id",
+    "experiment_batches",
+    "experiment_cells",
+    "run_batch",
+    "store_path",
+    "validate_config",
+    "write_store",
+]

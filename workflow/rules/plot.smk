@@ -1,0 +1,16 @@
+rule plot:
+    """Render an experiment's figure as PNG and PDF."""
+    input:
+        summary=rules.aggregate.output.summary,
+    output:
+        png=report(
+            f"{RESULTS}/figures/{{experiment}}.png",
+            caption="../report/{experiment}.rst",
+            category="Figures",
+        ),
+        pdf=f"{RESULTS}/figures/{{experiment}}.pdf",
+    log:
+        f"{RESULTS}/logs/plot/{{experiment}}.log",
+    localrule: True
+    script:
+        "../scripts/plot.py"

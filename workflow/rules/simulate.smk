@@ -1,0 +1,15 @@
+rule simulate:
+    """Integrate the cells of one batch; writes one zarr store per cell that does not exist yet."""
+    output:
+        manifest=f"{RESULTS}/manifests/{{experiment}}/{{batch}}.json",
+    params:
+        cells=batch_cells,
+        stores=STORES,
+    log:
+        f"{RESULTS}/logs/simulate/{{experiment}}/{{batch}}.log",
+    threads: 2
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    script:
+        "../scripts/simulate.py"

@@ -1,0 +1,15 @@
+"""Snakemake script: simulate one batch of cells (I/O only; the work is attnflow.sweep.run_batch)."""
+
+import json
+import sys
+
+from attnflow import Cell
+from attnflow.sweep import run_batch
+
+sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
+
+cells = [Cell(**fields) for fields in json.loads(snakemake.params.cells)]  # noqa: F821
+paths = run_batch(cells, snakemake.params.stores)  # noqa: F821
+with open(snakemake.output.manifest, "w") as fh:  # noqa: F821
+    json.dump({"stores": [str(p) for p in paths], "cells": json.loads(snakemake.params.cells)},  # noqa: F821
+              fh, indent=1)
