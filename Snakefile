@@ -4,7 +4,12 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The default config, unless one is given with --configfile (which would otherwise
+# be merged into it key by key, mixing two grids).
+if not config:
+
+    configfile: "config/config.yaml"
+
 
 
 include: "workflow/rules/common.smk"

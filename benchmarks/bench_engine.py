@@ -39,7 +39,8 @@ TARGETS = {"S": 20.0, "M": 5.0, "L": 2.0}
 
 def make_batch(cell):
     lam = [generators.head_strengths(cell, s) for s in cell.seeds]
-    scores = np.stack([generators.score_matrices(cell, lm, s) for lm, s in zip(lam, cell.seeds)])
+    scores = np.stack([generators.score_matrices(cell, lm, s)
+                       for lm, s in zip(lam, cell.seeds, strict=True)])
     x0 = np.stack([generators.initial_tokens(cell, s) for s in cell.seeds])
     return scores, x0
 
@@ -66,7 +67,8 @@ def run_scipy(cell, scores, x0, times, method, rtol, atol, count):
 
 
 def matmul_gflops(m, k, n, repeat=200):
-    a, b = np.random.rand(m, k), np.random.rand(k, n)
+    rng = np.random.default_rng(0)
+    a, b = rng.random((m, k)), rng.random((k, n))
     a @ b
     start = time.perf_counter()
     for _ in range(repeat):
@@ -89,7 +91,8 @@ def rhs_gflops(cell, scores, x0, repeat=50):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", default="SML", help="subset of S, M, L")
-    parser.add_argument("--ref-seeds", type=int, default=4, help="seeds checked against the tight reference")
+    parser.add_argument("--ref-seeds", type=int, default=4,
+                        help="seeds checked against the tight reference")
     args = parser.parse_args(argv)
 
     blas = [(i["internal_api"], i.get("architecture"), i["num_threads"]) for i in threadpool_info()]

@@ -33,8 +33,9 @@ def test_lambda_c_is_inflection_of_phi():
     for beta, n in [(1.0, 8), (2.5, 32), (0.3, 3)]:
         lc = float(theory.lambda_c(beta, n))
         h = 1e-3 * lc
-        def second(lam):
-            return theory.phi(lam + h, beta, n) - 2 * theory.phi(lam, beta, n) + theory.phi(lam - h, beta, n)
+        def second(lam, h=h, beta=beta, n=n):
+            return (theory.phi(lam + h, beta, n) - 2 * theory.phi(lam, beta, n)
+                    + theory.phi(lam - h, beta, n))
         assert second(0.9 * lc) < 0 < second(1.1 * lc)
         # Second difference is O(h^2) accurate; at lambda_c it vanishes up to that.
         assert abs(second(lc)) / h**2 < 1e-4 * abs(second(0.5 * lc)) / h**2 + 1e-9

@@ -151,7 +151,6 @@ def integrate(
         h = np.full(n_batch, float(fixed_step))
     next_sample = np.ones(n_batch, dtype=np.int64)
     last_rejected = np.zeros(n_batch, dtype=bool)
-    ndim = y.ndim
     stages = np.empty((7,) + y.shape)
     work = np.empty_like(y)
     exponent = -1.0 / (_ORDER + 1)

@@ -19,7 +19,19 @@ def _fixed(ds: xr.Dataset, config: dict, experiment: str) -> str:
     return ", ".join(f"{k}={fixed[k]}" for k in keys if k in fixed)
 
 
+def _ensure_dims(ds: xr.Dataset, config: dict, experiment: str, dims) -> xr.Dataset:
+    """Give axes a figure facets over but the config fixed a length-1 dimension."""
+    fields = {**config.get("defaults", {}), **config["experiments"][experiment].get("fixed", {})}
+    for dim in dims:
+        if dim not in ds.dims:
+            if dim in ds.coords:
+                ds = ds.drop_vars(dim)
+            ds = ds.expand_dims({dim: [fields[dim]]})
+    return ds
+
+
 def energy(ds, config):
+    ds = _ensure_dims(ds, config, "energy", ("heads", "geometry"))
     grid = sns.FacetGrid(ds.energy_head.to_dataframe().reset_index(), row="heads", col="geometry",
                          hue="head", height=2.6, aspect=1.3, sharey=False)
     grid.map_dataframe(sns.lineplot, x="time", y="energy_head")
@@ -37,6 +49,7 @@ def energy(ds, config):
 
 
 def beta_star(ds, config):
+    ds = _ensure_dims(ds, config, "beta_star", ("H", "n", "attention", "beta"))
     frac = ds.frac_mono_path.to_dataframe().reset_index()
     grid = sns.relplot(data=frac, x="beta", y="frac_mono_path", hue="attention", style="attention",
                        row="H", col="n", kind="line", markers=True, height=2.6, aspect=1.3)
@@ -46,7 +59,7 @@ def beta_star(ds, config):
             ax.axvline(closed, color="k", ls="--", label=r"$\beta^*(H,n)$")
         ax.axvline(float(ds.beta_orthogonal.sel(H=H, n=n)), color="tab:red", ls=":",
                    label="orthogonal-token check")
-        for att, color in zip(ds.attention.values, sns.color_palette()):
+        for att, color in zip(ds.attention.values, sns.color_palette(), strict=False):
             mean = float(ds.beta_emp_mean.sel(H=H, n=n, attention=att))
             std = float(ds.beta_emp_std.sel(H=H, n=n, attention=att))
             if np.isfinite(mean):
@@ -54,6 +67,8 @@ def beta_star(ds, config):
         rd = ds.frac_time_rd.sel(H=H, n=n).mean("attention")
         ax.plot(ds.beta, rd, color="gray", lw=1, label="time in Radial Dominance")
         ax.set_xscale("log")
+        ax.set_xticks(ds.beta.values, [f"{b:g}" for b in ds.beta.values], minor=False)
+        ax.minorticks_off()
         ax.set_title(f"H={H}, n={n}; " + (f"$\\beta^*$={closed:.3f}" if closed > 0
                                           else r"$\beta^*\leq 0$"), fontsize=8)
     grid.set_axis_labels(r"inverse temperature $\beta$", "fraction of runs per-head monotone")
@@ -65,9 +80,10 @@ def beta_star(ds, config):
 
 
 def superadditivity(ds, config):
+    ds = _ensure_dims(ds, config, "superadditivity", ("beta", "lambda_dist", "lambda_bar"))
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     palette = sns.color_palette(n_colors=ds.sizes["beta"])
-    for beta, color in zip(ds.beta.values, palette):
+    for beta, color in zip(ds.beta.values, palette, strict=False):
         sub = ds.sel(beta=beta)
         ratio = sub.early_rate.sel(lambda_dist="linear") / sub.early_rate.sel(lambda_dist="equal")
         theory_ratio = (sub.early_rate_theory.sel(lambda_dist="linear")
@@ -93,8 +109,9 @@ def superadditivity(ds, config):
 
 
 def clustering_time(ds, config):
+    ds = _ensure_dims(ds, config, "clustering_time", ("attention", "n", "d"))
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    for att, marker in zip(ds.attention.values, ("o", "s")):
+    for att, marker in zip(ds.attention.values, ("o", "s"), strict=False):
         for d in ds.d.values:
             t = ds.t_cluster_median.sel(attention=att, d=d)
             slope = float(ds.exponent_n.sel(attention=att, d=d)) if "exponent_n" in ds else np.nan
@@ -111,7 +128,7 @@ def clustering_time(ds, config):
     axes[0].plot(n, ref * n / n[0], "k--", lw=1, label=r"$O(n)$")
     axes[0].plot(n, ref * n * np.log(float(ds.d.max())) / (n[0] * np.log(float(ds.d.max()))),
                  "k:", lw=1, label=r"$O(n \log d)$ (d fixed)")
-    for ax, xl in zip(axes, (r"tokens $n$", r"dimension $d$")):
+    for ax, xl in zip(axes, (r"tokens $n$", r"dimension $d$"), strict=False):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(xl)
@@ -123,6 +140,7 @@ def clustering_time(ds, config):
 
 
 def entropy(ds, config):
+    ds = _ensure_dims(ds, config, "entropy", ("n", "beta"))
     df = ds.entropy.to_dataframe().reset_index()
     grid = sns.relplot(data=df, x="time", y="entropy", hue="beta", col="n", kind="line",
                        height=2.8, aspect=1.3, palette="viridis")
@@ -137,6 +155,7 @@ def entropy(ds, config):
 
 
 def orthogonality(ds, config):
+    ds = _ensure_dims(ds, config, "orthogonality", ("delta",))
     fig, ax = plt.subplots(figsize=(5, 3.4))
     ax.plot(ds.delta, ds.frac_runs_monotone, "o-", label="runs with every head monotone")
     ax.plot(ds.delta, ds.min_relative_rate, "s-", label=r"min $\dot E_h$ / max $|\dot E_h|$")

@@ -6,9 +6,8 @@ import numpy as np
 import xarray as xr
 from threadpoolctl import threadpool_limits
 
-from . import __version__
+from . import __version__, generators
 from .cell import MAX_EXPONENT, Cell
-from . import generators
 from .integrate import BatchedField, IntegrationError, integrate
 from .kernels import ATTENTION_CODES, Workspace, velocity
 from .observables import first_crossing, trajectory_observables
@@ -112,7 +111,8 @@ def simulate(
 
     lambdas = np.stack([generators.head_strengths(cell, s) for s in cell.seeds])
     if score_matrices is None:
-        scores = np.stack([generators.score_matrices(cell, lam, s) for lam, s in zip(lambdas, cell.seeds)])
+        scores = np.stack([generators.score_matrices(cell, lam, s)
+                           for lam, s in zip(lambdas, cell.seeds, strict=True)])
     else:
         scores = np.broadcast_to(_check_scores(cell, score_matrices), (n_seeds, H, d, d)).copy()
         lambdas = np.linalg.norm(scores, ord=2, axis=(-2, -1))

@@ -51,7 +51,7 @@ def experiment_cells(config: dict, experiment: str) -> list[tuple[dict, Cell]]:
             raise ConfigError(f"experiments.{experiment}: {axis!r} is both fixed and a grid axis")
     cells = []
     for values in itertools.product(*(grid[a] for a in axes)):
-        coords = dict(zip(axes, values))
+        coords = dict(zip(axes, values, strict=False))
         fields = {**base, **coords}
         try:
             cell = Cell(**fields)

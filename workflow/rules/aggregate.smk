@@ -7,6 +7,8 @@ rule aggregate:
     params:
         stores=STORES,
         scheduler=config["dask_scheduler"],
+    conda:
+        "../envs/attnflow.yaml"
     log:
         f"{RESULTS}/logs/aggregate/{{experiment}}.log",
     localrule: True

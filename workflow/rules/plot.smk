@@ -9,6 +9,8 @@ rule plot:
             category="Figures",
         ),
         pdf=f"{RESULTS}/figures/{{experiment}}.pdf",
+    conda:
+        "../envs/attnflow.yaml"
     log:
         f"{RESULTS}/logs/plot/{{experiment}}.log",
     localrule: True

@@ -5,6 +5,8 @@ rule simulate:
     params:
         cells=batch_cells,
         stores=STORES,
+    conda:
+        "../envs/attnflow.yaml"
     log:
         f"{RESULTS}/logs/simulate/{{experiment}}/{{batch}}.log",
     threads: 2
