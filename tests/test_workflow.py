@@ -1,63 +1,19 @@
 """End-to-end runs of the Snakemake workflow on a tiny config; checks the summaries' numbers."""
 
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import xarray as xr
-import yaml
+from sweep_helpers import planned, run, write_config
 
 from attnflow import theory
+from attnflow.cli import main as attnflow_main
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-             "--directory", str(ROOT), "--cores", "2"]
 pytestmark = pytest.mark.workflow
 
 
-def _config(tmp_path, **edits):
-    text = (ROOT / "tests" / "config_tiny.yaml").read_text()
-    cfg = yaml.safe_load(text.replace("RESULTS_DIR", str(tmp_path / "results")))
-    for path, value in edits.items():
-        node = cfg
-        *parents, leaf = path.split(".")
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
-    out = tmp_path / "config.yaml"
-    out.write_text(yaml.safe_dump(cfg))
-    return out
-
-
-def _run(config, *extra, check=True):
-    proc = subprocess.run([*SNAKEMAKE, "--configfile", str(config), *extra],
-                          capture_output=True, text=True, env={**os.environ})
-    if check and proc.returncode:
-        raise AssertionError(proc.stdout[-4000:] + proc.stderr[-4000:])
-    return proc
-
-
-def _planned(config):
-    out = _run(config, "-n", "--quiet", "rules").stdout
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
-    return {k: int(v) for k, v in counts.items() if k != "total"}
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sweep")
-    config = _config(tmp)
-    _run(config)
-    return tmp, config
-
-
-def test_summaries_match_closed_forms(finished):
-    tmp, _ = finished
-    summaries = tmp / "results" / "summaries"
+def test_summaries_match_closed_forms(tiny_run):
+    tmp, _, results = tiny_run
+    summaries = results / "summaries"
     energy = xr.open_zarr(summaries / "energy.zarr").load()
     # Thm 11 for usa holds to round-off, flat and sphere.
     assert float(energy.thm11_residual.max()) < 1e-12
@@ -79,28 +35,48 @@ def test_summaries_match_closed_forms(finished):
     for ext in ("png", "pdf"):
         for name in ("energy", "beta_star", "superadditivity", "clustering_time", "entropy",
                      "orthogonality"):
-            assert (tmp / "results" / "figures" / f"{name}.{ext}").stat().st_size > 1000
+            assert (results / "figures" / f"{name}.{ext}").stat().st_size > 1000
 
 
-def test_stores_carry_parameters(finished):
-    tmp, _ = finished
-    stores = sorted((tmp / "results" / "simulations").glob("*.zarr"))
+def test_provenance_of_stores_summaries_and_figures(tiny_run, capsys):
+    tmp, config, results = tiny_run
+    stores = sorted((results / "simulations").glob("*.zarr"))
     ds = xr.open_zarr(stores[0])
     for field in ("H", "n", "d", "beta", "attention", "heads", "init", "geometry"):
         assert field in ds.coords and f"cell_{field}" in ds.attrs
-    assert "attnflow_version" in ds.attrs and ds.seed.size >= 1
+    for key in ("attnflow_version", "config_sha256", "experiment", "cell_id", "cell_seeds"):
+        assert key in ds.attrs
+    assert list(ds.seed.values) == ds.attrs["cell_seeds"]
+    summary = xr.open_zarr(results / "summaries" / "beta_star.zarr")
+    assert summary.attrs["config_sha256"] == ds.attrs["config_sha256"]
+    assert summary.attrs["n_missing_cells"] == 0 and "experiment_config" in summary.attrs
+    from PIL import Image
+
+    meta = Image.open(results / "figures" / "beta_star.png").text["Description"]
+    assert ds.attrs["config_sha256"] in meta and "beta_star.zarr" in meta
+    # attnflow status: every cell done.
+    assert attnflow_main(["status", "--configfile", str(config), "--json"]) == 0
+    report = __import__("json").loads(capsys.readouterr().out)
+    assert all(not r["missing"] and not r["failed"] and r["done"] for r in report.values())
 
 
-def test_rerun_is_noop_and_new_values_run_only_their_jobs(finished):
-    tmp, config = finished
-    assert _planned(config) == {}
+def test_report_builds(tiny_run):
+    tmp, config, _ = tiny_run
+    run(tmp, config, "--report", str(tmp / "report.html"))
+    html = (tmp / "report.html").read_text()
+    assert "Radial Dominance" in html or len(html) > 100_000
+
+
+def test_rerun_is_noop_and_new_values_run_only_their_jobs(tiny_run):
+    tmp, config, _ = tiny_run
+    assert planned(tmp, config) == {}
     # One more beta: beta_star batches over beta, so its one batch reruns (computing
     # only the new cell), then its summary and figure; nothing else.
-    more_beta = _config(tmp, **{"experiments.beta_star.grid.beta": [0.5, 2.0, 8.0]})
-    assert _planned(more_beta) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
+    more_beta = write_config(tmp, "beta.yaml", **{"experiments.beta_star.grid.beta": [0.5, 2.0, 8.0]})
+    assert planned(tmp, more_beta) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
     # One more n in clustering_time: exactly one new cell, one new job.
-    more_n = _config(tmp, **{"experiments.clustering_time.grid.n": [4, 8, 16]})
-    assert _planned(more_n) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
+    more_n = write_config(tmp, "n.yaml", **{"experiments.clustering_time.grid.n": [4, 8, 16]})
+    assert planned(tmp, more_n) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
 
 
 @pytest.mark.parametrize(
@@ -115,8 +91,8 @@ def test_rerun_is_noop_and_new_values_run_only_their_jobs(finished):
     ],
 )
 def test_malformed_config_stops_before_any_job(tmp_path, edits, key):
-    config = _config(tmp_path, **edits)
-    proc = _run(config, check=False)
+    config = write_config(tmp_path, **edits)
+    proc = run(tmp_path, config, check=False)
     assert proc.returncode != 0
     assert key in proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()

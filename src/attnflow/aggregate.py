@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from pathlib import Path
 
 import dask
 
+from . import __version__
 from .summaries import cell_entries, summarise
+from .sweep import config_digest
 
 
 @contextlib.contextmanager
@@ -35,8 +38,19 @@ def aggregate_experiment(config: dict, experiment: str, stores, output, schedule
     with dask_scheduler(scheduler):
         summary = summarise(experiment, entries)
     missing = summary.attrs.pop("missing_cells")
-    summary.attrs["n_missing_cells"] = len(missing)
-    summary.attrs["missing_cells"] = ", ".join(missing)
+    if missing:
+        print(f"WARNING {experiment}: {len(missing)} cells have no store (NaN in the summary): "
+              + ", ".join(missing))
+    summary.attrs.update({
+        "n_missing_cells": len(missing),
+        "missing_cells": ", ".join(missing),
+        "stores": ", ".join(str(p) for _, p in entries),
+        "attnflow_version": __version__,
+        "config_sha256": config_digest(config),
+        "experiment_config": json.dumps(
+            {"defaults": config.get("defaults", {}), **config["experiments"][experiment]},
+            sort_keys=True),
+    })
     out = Path(output)
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -180,9 +180,20 @@ FIGURES = {
 }
 
 
-def render(experiment: str, ds: xr.Dataset, config: dict, outputs) -> None:
-    """Draw the experiment's figure and save it to every path in ``outputs`` (PNG, PDF)."""
+def render(experiment: str, ds: xr.Dataset, config: dict, outputs, source: str = "") -> None:
+    """Draw the experiment's figure and save it to every path in ``outputs`` (PNG, PDF).
+
+    The files carry their provenance in their metadata: experiment, summary
+    store, config digest and package version.
+    """
     fig = FIGURES[experiment](ds, config)
+    provenance = (f"attnflow {ds.attrs.get('attnflow_version', '?')}; experiment {experiment}; "
+                  f"summary {source}; config sha256 {ds.attrs.get('config_sha256', '?')}")
     for path in outputs:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        if str(path).endswith(".pdf"):
+            meta = {"Title": f"attnflow {experiment}", "Subject": provenance, "Creator": "attnflow"}
+        else:
+            meta = {"Title": f"attnflow {experiment}", "Description": provenance,
+                    "Software": "attnflow"}
+        fig.savefig(path, dpi=150, bbox_inches="tight", metadata=meta)
     plt.close(fig)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import shutil
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,6 +31,11 @@ STORE_SUFFIX = ".zarr"
 
 class ConfigError(ValueError):
     """A sweep config that cannot run; the message names the key and value."""
+
+
+def config_digest(config: dict) -> str:
+    """SHA-256 of a config (as canonical JSON): the provenance tag of stores, summaries and figures."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 def cell_id(cell: Cell) -> str:
@@ -101,6 +108,9 @@ def write_store(ds: xr.Dataset, path: Path) -> None:
     # Zarr format 2: string coordinates and consolidated metadata are stable there
     # (zarr 3 warns that both are not yet part of the v3 spec).
     ds.to_zarr(tmp, mode="w", encoding=encoding, consolidated=True, zarr_format=2)
+    if os.environ.get("ATTNFLOW_FAULT") == "hang-before-rename":
+        # Fault injection for the kill-and-resume test: a job stuck mid-write.
+        time.sleep(3600)
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
@@ -112,29 +122,74 @@ def with_cell_coords(ds: xr.Dataset, cell: Cell) -> xr.Dataset:
     return ds.assign_coords({k: np.asarray(v) for k, v in coords.items()})
 
 
-def run_batch(cells: Iterable[Cell], root: str | Path, log=print) -> list[Path]:
-    """Simulate every cell whose store is missing under ``root``; return all store paths."""
+def failure_path(root: str | Path, cell: Cell) -> Path:
+    """Where a failed cell's error is recorded (removed once the cell succeeds)."""
+    return Path(root) / f"{cell_id(cell)}.failed.json"
+
+
+def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=None) -> list[Path]:
+    """Simulate every cell whose store is missing under ``root``; return all store paths.
+
+    Stores that exist are complete (see ``write_store``) and are skipped. A cell
+    that fails leaves no store, a ``.failed.json`` record naming it, and stops
+    the batch with ``SimulationError``; cells finished before it keep their stores.
+    """
     paths = []
     cells = list(cells)
+    Path(root).mkdir(parents=True, exist_ok=True)
     for i, cell in enumerate(cells, 1):
         path = store_path(root, cell)
         paths.append(path)
         if path.exists():
             log(f"[{i}/{len(cells)}] {path.name}: exists, skipped")
             continue
-        ds = simulate(cell)
-        ds.attrs["cell_id"] = cell_id(cell)
+        try:
+            ds = simulate(cell)
+        except SimulationError as err:
+            failure_path(root, cell).write_text(json.dumps(
+                {"cell_id": cell_id(cell), "cell": cell.to_dict(), "error": str(err)}, indent=1))
+            log(f"[{i}/{len(cells)}] {path.name}: FAILED: {err}")
+            raise
+        ds.attrs.update({"cell_id": cell_id(cell), **(provenance or {})})
         write_store(with_cell_coords(ds, cell), path)
+        failure_path(root, cell).unlink(missing_ok=True)
         log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, "
             f"{int(ds.n_steps.max())} steps, written")
     return paths
 
 
+def estimated_seconds(cells: Iterable[Cell]) -> float:
+    """A generous wall-time estimate for simulating ``cells`` (for cluster resources).
+
+    Model: cost ~ seeds x t_max x H n^2 d x (1 + beta ||M||) per cell, with the
+    constant measured on the engine benchmark (cell M: 64 seeds, t_max 10,
+    about 0.5 s on one 2-core node), times 10 for safety, plus 20 s start-up.
+    """
+    per_unit = 6e-9 * 10
+    total = 20.0
+    for c in cells:
+        total += per_unit * c.n_seeds * c.t_max * c.H * c.n**2 * c.d * (1 + c.beta * c.max_score_norm)
+    return total
+
+
+def estimated_memory_mb(cells: Iterable[Cell]) -> int:
+    """Peak memory estimate of a batch job: the largest cell's outputs, 3x, plus 600 MB of runtime."""
+    worst = 0
+    for c in cells:
+        per_sample = c.H * c.n * 8 + (c.n * c.d if c.save_positions else 0)
+        worst = max(worst, c.n_seeds * c.n_samples * per_sample * 8)
+    return int(600 + 3 * worst / 2**20)
+
+
 __all__ = [
     "ConfigError",
+    "estimated_memory_mb",
+    "estimated_seconds",
+    "failure_path",
     "EXPERIMENTS",
     "SimulationError",
     "cell_id",
+    "config_digest",
     "experiment_batches",
     "experiment_cells",
     "run_batch",

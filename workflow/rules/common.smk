@@ -2,7 +2,13 @@ import json
 
 from snakemake.utils import validate
 
-from attnflow.sweep import ConfigError, experiment_batches, validate_config
+from attnflow.sweep import (
+    ConfigError,
+    estimated_memory_mb,
+    estimated_seconds,
+    experiment_batches,
+    validate_config,
+)
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -33,3 +39,13 @@ def experiment_manifests(wildcards):
         f"{RESULTS}/manifests/{wildcards.experiment}/{{batch}}.json",
         batch=sorted(BATCHES[wildcards.experiment]),
     )
+
+
+def simulate_runtime(wildcards):
+    """Minutes requested for a batch job (cluster runtime), from the cost model in attnflow.sweep."""
+    return max(5, int(estimated_seconds(BATCHES[wildcards.experiment][wildcards.batch]) / 60) + 1)
+
+
+def simulate_mem_mb(wildcards):
+    return estimated_memory_mb(BATCHES[wildcards.experiment][wildcards.batch])
+

@@ -5,7 +5,7 @@ rule plot:
     output:
         png=report(
             f"{RESULTS}/figures/{{experiment}}.png",
-            caption="../report/{experiment}.rst",
+            caption="../report/figure.rst",
             category="Figures",
         ),
         pdf=f"{RESULTS}/figures/{{experiment}}.pdf",

@@ -11,7 +11,7 @@ rule simulate:
         f"{RESULTS}/logs/simulate/{{experiment}}/{{batch}}.log",
     threads: 2
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=simulate_mem_mb,
+        runtime=simulate_runtime,
     script:
         "../scripts/simulate.py"

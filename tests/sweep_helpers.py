@@ -1,0 +1,68 @@
+"""Shared helpers for the tests that run the Snakemake workflow end to end."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "config_tiny.yaml"
+
+
+def write_config(tmp: Path, name: str = "config.yaml", **edits) -> Path:
+    """The tiny config with results under ``tmp/results``; ``edits`` use dotted keys."""
+    cfg = yaml.safe_load(TINY.read_text().replace("RESULTS_DIR", str(tmp / "results")))
+    for path, value in edits.items():
+        node = cfg
+        *parents, leaf = path.split(".")
+        for key in parents:
+            node = node[key]
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    out = tmp / name
+    out.write_text(yaml.safe_dump(cfg))
+    return out
+
+
+def snakemake_cmd(workdir: Path, config: Path, *extra) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
+            "--directory", str(workdir), "--configfile", str(config), *extra]
+
+
+def run(workdir, config, *extra, check=True, env=None, cores=2):
+    args = list(extra)
+    if not any(a.startswith("--profile") or a == "--cores" for a in args):
+        args = ["--cores", str(cores), *args]
+    proc = subprocess.run(snakemake_cmd(workdir, config, *args), capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    if check and proc.returncode:
+        raise AssertionError(proc.stdout[-6000:] + proc.stderr[-6000:])
+    return proc
+
+
+def planned(workdir, config, *targets) -> dict[str, int]:
+    """Jobs a dry run would execute, by rule."""
+    out = run(workdir, config, *targets, "-n", "--quiet", "rules").stdout
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
+    return {k: int(v) for k, v in counts.items() if k != "total"}
+
+
+def assert_same_results(a: Path, b: Path):
+    """Every simulation store and summary in results dirs ``a`` and ``b`` holds identical numbers."""
+    for sub in ("simulations", "summaries"):
+        stores_a = sorted(p.name for p in (a / sub).glob("*.zarr"))
+        stores_b = sorted(p.name for p in (b / sub).glob("*.zarr"))
+        assert stores_a == stores_b and stores_a, sub
+        for name in stores_a:
+            da = xr.open_zarr(a / sub / name).load()
+            db = xr.open_zarr(b / sub / name).load()
+            assert set(da.data_vars) == set(db.data_vars)
+            for var in da.data_vars:
+                np.testing.assert_array_equal(da[var].values, db[var].values, err_msg=f"{name}:{var}")
