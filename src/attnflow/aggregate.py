@@ -24,7 +24,8 @@ def dask_scheduler(name: str):
     from dask.distributed import Client, LocalCluster
 
     if name == "distributed":
-        with LocalCluster(n_workers=1, threads_per_worker=2, processes=False) as cluster, \
+        with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                          dashboard_address=None) as cluster, \
                 Client(cluster):
             yield
     else:

@@ -157,6 +157,9 @@ def summarise(experiment: str, entries: Sequence[tuple[dict, Path]]) -> xr.Datas
         out = out.swap_dims(cell=axes[0])
     elif axes:
         out = out.set_index(cell=axes).unstack("cell", fill_value=np.nan)
+    # Every grid value stays on its axis even when all of its cells are missing.
+    grid = {a: list(dict.fromkeys(coords[a] for coords, _ in entries)) for a in axes}
+    out = out.reindex(grid, fill_value=np.nan)
     out = out.compute()
     out = _derive(experiment, out)
     out.attrs.update({"experiment": experiment, "n_cells": len(entries),

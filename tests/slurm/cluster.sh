@@ -7,6 +7,9 @@ action=$1
 dir=$(readlink -f "$2")
 conf=$dir/slurm.conf
 
+system_conf=/etc/slurm/slurm.conf
+marker="# attnflow test cluster"
+
 stop() {
     for pidfile in "$dir"/slurmd.pid "$dir"/slurmctld.pid; do
         if [ -f "$pidfile" ]; then
@@ -15,6 +18,9 @@ stop() {
     done
     sleep 1
     rm -f "$dir"/slurmd.pid "$dir"/slurmctld.pid
+    if [ -f "$system_conf" ] && head -1 "$system_conf" | grep -qF "$marker"; then
+        rm -f "$system_conf"
+    fi
 }
 
 case $action in
@@ -24,6 +30,7 @@ start)
     cpus=$(nproc)
     mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
     cat > "$conf" <<CONF
+$marker
 ClusterName=attnflow
 SlurmctldHost=$host
 SlurmUser=root
@@ -60,6 +67,14 @@ CONF
         su -s /bin/sh munge -c munged 2>/dev/null || munged --force
     fi
     stop
+    # Inside a job, Snakemake's jobstep executor drops SLURM_* variables before
+    # calling srun, so srun must find the config at the default path. Install it
+    # there only when no other SLURM config is in place (never overwrite one).
+    if [ -f "$system_conf" ] && ! head -1 "$system_conf" | grep -qF "$marker"; then
+        echo "$system_conf exists and is not ours: not touching it" >&2
+        exit 3
+    fi
+    mkdir -p "$(dirname "$system_conf")" && cp "$conf" "$system_conf"
     SLURM_CONF=$conf slurmctld -c -f "$conf"
     SLURM_CONF=$conf slurmd -c -f "$conf"
     for _ in $(seq 60); do
