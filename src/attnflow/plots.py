@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -15,7 +16,8 @@ sns.set_theme(context="paper", style="whitegrid")
 
 def _fixed(ds: xr.Dataset, config: dict, experiment: str) -> str:
     fixed = config["experiments"][experiment].get("fixed", {})
-    keys = ("attention", "heads", "H", "n", "d", "beta", "init", "geometry")
+    keys = ("attention", "heads", "H", "n", "d", "beta", "lambda_bar", "spread", "init", "gamma0",
+            "geometry", "t_max")
     return ", ".join(f"{k}={fixed[k]}" for k in keys if k in fixed)
 
 
@@ -91,10 +93,11 @@ def superadditivity(ds, config):
         axes[0].plot(ds.lambda_bar, theory_ratio, color=color, label=rf"$\sum\phi / H\phi$, $\beta$={beta:g}")
         axes[0].plot(ds.lambda_bar, ratio, "o", color=color, label="measured")
         axes[0].axvline(float(sub.lambda_c.max()), color=color, ls="--", lw=1)
-        for dist, marker in (("equal", "s"), ("linear", "^")):
+        for dist, marker, size in (("equal", "s", 8), ("linear", "x", 6)):
             axes[1].plot(sub.late_rate_theory.sel(lambda_dist=dist), sub.late_rate.sel(lambda_dist=dist),
-                         marker, color=color, label=f"{dist}, $\\beta$={beta:g}")
+                         marker, color=color, ms=size, mfc="none", label=f"{dist}, $\\beta$={beta:g}")
     axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set_yscale("log")
     axes[0].set_xlabel(r"mean head strength $\bar\lambda$ (dashed: $\lambda_c$)")
     axes[0].set_ylabel("early rate, heterogeneous / equal")
     axes[0].legend(fontsize=6)
@@ -103,38 +106,67 @@ def superadditivity(ds, config):
     axes[1].set_xlabel(r"closed form $2\Lambda$")
     axes[1].set_ylabel(r"fitted late rate of $\epsilon(t)$")
     axes[1].legend(fontsize=6)
-    fig.suptitle(f"Heterogeneous heads (Thm 22); spread fixed; {_fixed(ds, config, 'superadditivity')}")
+    fig.suptitle(f"Heterogeneous heads (Thm 22); {_fixed(ds, config, 'superadditivity')}")
     fig.tight_layout()
     return fig
 
 
+def _log_ticks(ax, axis, values):
+    """Log axis with ticks at the grid values, written plainly."""
+    set_scale, set_ticks = (ax.set_xscale, ax.set_xticks) if axis == "x" else (ax.set_yscale, ax.set_yticks)
+    set_scale("log")
+    set_ticks(values, [f"{v:g}" for v in values])
+    ax.minorticks_off()
+
+
 def clustering_time(ds, config):
     ds = _ensure_dims(ds, config, "clustering_time", ("attention", "n", "d"))
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    for att, marker in zip(ds.attention.values, ("o", "s"), strict=False):
-        for d in ds.d.values:
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    palette = dict(zip(ds.attention.values, sns.color_palette(n_colors=ds.sizes["attention"]),
+                       strict=True))
+    styles = ["-", "--", ":", "-."]
+    n = ds.n.values.astype(float)
+    for att in ds.attention.values:
+        for i, d in enumerate(ds.d.values):
             t = ds.t_cluster_median.sel(attention=att, d=d)
             slope = float(ds.exponent_n.sel(attention=att, d=d)) if "exponent_n" in ds else np.nan
-            axes[0].plot(ds.n, t.where(np.isfinite(t)), marker + "-",
-                         label=f"{att}, d={d}: slope {slope:.2f}")
-            cens = ds.censored_fraction.sel(attention=att, d=d)
-            axes[0].plot(ds.n.where(cens >= 0.5), np.full(ds.sizes["n"], float(np.nanmax(
-                ds.t_cluster.max())) * 1.2), "x", color="gray")
-        for n in ds.n.values:
-            t = ds.t_cluster_median.sel(attention=att, n=n)
-            axes[1].plot(ds.d, t.where(np.isfinite(t)), marker + "-", label=f"{att}, n={n}")
-    n = ds.n.values.astype(float)
-    ref = float(np.nanmin(ds.t_cluster_median.where(np.isfinite(ds.t_cluster_median))))
-    axes[0].plot(n, ref * n / n[0], "k--", lw=1, label=r"$O(n)$")
-    axes[0].plot(n, ref * n * np.log(float(ds.d.max())) / (n[0] * np.log(float(ds.d.max()))),
-                 "k:", lw=1, label=r"$O(n \log d)$ (d fixed)")
-    for ax, xl in zip(axes, (r"tokens $n$", r"dimension $d$"), strict=False):
-        ax.set_xscale("log")
+            axes[0].plot(n, t.where(np.isfinite(t)), "o" + styles[i % 4], color=palette[att],
+                         label=f"{att}, d={d}: fitted exponent {slope:.2f}")
+            axes[2].plot(n, ds.censored_fraction.sel(attention=att, d=d), "o" + styles[i % 4],
+                         color=palette[att], label=f"{att}, d={d}")
+        for j, nn in enumerate(ds.n.values):
+            t = ds.t_cluster_median.sel(attention=att, n=nn)
+            slope = float(ds.exponent_d.sel(attention=att, n=nn)) if "exponent_d" in ds else np.nan
+            axes[1].plot(ds.d, t.where(np.isfinite(t)), "s" + styles[j % 4], color=palette[att],
+                         label=f"{att}, n={nn}: exponent {slope:.2f}")
+    finite = ds.t_cluster_median.where(np.isfinite(ds.t_cluster_median))
+    if np.isfinite(finite).any():
+        ref = float(finite.min())
+        axes[0].plot(n, ref * n / n[0], "k--", lw=1, label=r"$O(n)$ reference")
+        dmax = float(ds.d.max())
+        axes[0].plot(n, 2 * ref * n * np.log(dmax) / (n[0] * np.log(dmax)), "k:", lw=1,
+                     label=rf"$O(n \log d)$ reference, d={dmax:g}")
+    _log_ticks(axes[0], "x", ds.n.values)
+    _log_ticks(axes[1], "x", ds.d.values)
+    for ax in axes[:2]:
         ax.set_yscale("log")
-        ax.set_xlabel(xl)
-        ax.set_ylabel(r"median $T_\epsilon$ (x: $\geq$ half censored)")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.set_ylabel(r"median clustering time $T_\epsilon$")
+    axes[0].set_xlabel(r"tokens $n$")
+    axes[1].set_xlabel(r"dimension $d$")
+    axes[2].set_xscale("log")
+    axes[2].set_xticks(ds.n.values, [f"{v:g}" for v in ds.n.values])
+    axes[2].minorticks_off()
+    axes[2].set_xlabel(r"tokens $n$")
+    axes[2].set_ylabel(r"censored fraction ($T_\epsilon > t_{max}$)")
+    axes[2].set_ylim(-0.05, 1.05)
+    for ax in axes:
         ax.legend(fontsize=6)
-    fig.suptitle(f"Clustering time (Thm 25); {_fixed(ds, config, 'clustering_time')}")
+    crit = config["experiments"]["clustering_time"].get("fixed", {})
+    fig.suptitle(f"Clustering time (Thm 25), uniform random starts; "
+                 f"{_fixed(ds, config, 'clustering_time')}, t_max={crit.get('t_max', '?')}; "
+                 "medians with half the runs censored are not drawn")
     fig.tight_layout()
     return fig
 

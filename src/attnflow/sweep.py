@@ -143,6 +143,7 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
         if path.exists():
             log(f"[{i}/{len(cells)}] {path.name}: exists, skipped")
             continue
+        start = time.perf_counter()
         try:
             ds = simulate(cell)
         except SimulationError as err:
@@ -153,8 +154,8 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
         ds.attrs.update({"cell_id": cell_id(cell), **(provenance or {})})
         write_store(with_cell_coords(ds, cell), path)
         failure_path(root, cell).unlink(missing_ok=True)
-        log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, "
-            f"{int(ds.n_steps.max())} steps, written")
+        log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
+            f"computed in {time.perf_counter() - start:.3f} s, written")
     return paths
 
 

@@ -9,6 +9,8 @@ rule aggregate:
         scheduler=config["dask_scheduler"],
     conda:
         "../envs/attnflow.yaml"
+    benchmark:
+        f"{RESULTS}/benchmarks/aggregate/{{experiment}}.tsv",
     log:
         f"{RESULTS}/logs/aggregate/{{experiment}}.log",
     localrule: True

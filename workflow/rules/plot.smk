@@ -11,6 +11,8 @@ rule plot:
         pdf=f"{RESULTS}/figures/{{experiment}}.pdf",
     conda:
         "../envs/attnflow.yaml"
+    benchmark:
+        f"{RESULTS}/benchmarks/plot/{{experiment}}.tsv",
     log:
         f"{RESULTS}/logs/plot/{{experiment}}.log",
     localrule: True

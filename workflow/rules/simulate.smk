@@ -7,6 +7,8 @@ rule simulate:
         stores=STORES,
     conda:
         "../envs/attnflow.yaml"
+    benchmark:
+        f"{RESULTS}/benchmarks/simulate/{{experiment}}/{{batch}}.tsv",
     log:
         f"{RESULTS}/logs/simulate/{{experiment}}/{{batch}}.log",
     threads: 2

@@ -1,0 +1,77 @@
+"""Workflow benchmark: wall time of a sweep from scratch, split into simulation compute and the rest.
+
+Run: ``python benchmarks/bench_workflow.py [--configfile config/config.yaml] [--cores 2]``
+
+It runs the workflow in a fresh temporary results directory and reads back
+(a) each simulation's compute time, logged by ``run_batch`` around
+``attnflow.simulate`` ("computed in X s"), and (b) every job's wall time from
+Snakemake's ``benchmark:`` files. "Everything else" is job time not spent in
+``simulate``: interpreter and import start-up, numba cache loading, zarr I/O,
+aggregation and plotting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configfile", default=str(ROOT / "config" / "config.yaml"))
+    parser.add_argument("--cores", type=int, default=os.cpu_count())
+    parser.add_argument("--keep", help="results directory to keep (default: a temporary one)")
+    args = parser.parse_args(argv)
+
+    work = Path(args.keep or tempfile.mkdtemp(prefix="attnflow-bench-"))
+    config = yaml.safe_load(Path(args.configfile).read_text())
+    config["results"] = str(work / "results")
+    config_path = work / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
+                           "--directory", str(work), "--configfile", str(config_path),
+                           "--cores", str(args.cores)], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        print(proc.stdout[-3000:], proc.stderr[-3000:])
+        sys.exit("workflow failed")
+
+    results = work / "results"
+    compute = sum(float(m) for log in (results / "logs" / "simulate").rglob("*.log")
+                  for m in re.findall(r"computed in ([0-9.]+) s", log.read_text()))
+    job_time = {}
+    for tsv in (results / "benchmarks").rglob("*.tsv"):
+        rule = tsv.relative_to(results / "benchmarks").parts[0]
+        with tsv.open() as fh:
+            row = next(csv.DictReader(fh, delimiter="\t"))
+        job_time.setdefault(rule, []).append(float(row["s"]))
+    total_jobs = sum(sum(v) for v in job_time.values())
+    n_cells = len(list((results / "simulations").glob("*.zarr")))
+
+    print(f"config: {args.configfile}  cores: {args.cores}  cells: {n_cells}")
+    print(f"wall time, from scratch:            {wall:8.1f} s")
+    for rule, times in sorted(job_time.items()):
+        print(f"  {rule:10} jobs: {len(times):4d}   job time {sum(times):8.1f} s")
+    print(f"sum of job times:                   {total_jobs:8.1f} s")
+    print(f"  simulation compute (simulate()):  {compute:8.1f} s  ({100 * compute / total_jobs:.0f}%)")
+    print(f"  everything else:                  {total_jobs - compute:8.1f} s  "
+          f"({100 * (1 - compute / total_jobs):.0f}%; target < 25%)")
+    print(f"cores x wall:                       {args.cores * wall:8.1f} core-s "
+          f"(compute fills {100 * compute / (args.cores * wall):.0f}%)")
+
+
+if __name__ == "__main__":
+    main()
