@@ -29,6 +29,9 @@ def test_summaries_match_closed_forms(tiny_run):
     ent = xr.open_zarr(summaries / "entropy.zarr").load()
     np.testing.assert_allclose(ent.entropy.isel(time=-1), np.log(6), atol=1e-6)
     assert float(ent.min_entropy_step.min()) > -1e-12  # non-decreasing
+    # Thm 27: the exact rate, integrated by Simpson's rule (O(dt^4), dt = 0.1 here:
+    # ~1e-4 relative), reproduces the entropy change; a wrong factor gives O(1).
+    assert float(ent.thm27_residual.max()) < 1e-3
     ct = xr.open_zarr(summaries / "clustering_time.zarr").load()
     finite = ct.t_cluster.values[np.isfinite(ct.t_cluster.values)]
     assert np.all(finite > 0) and np.all(finite <= 30.0)

@@ -11,11 +11,10 @@ so the two take comparable steps at the same tolerance.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 
-from .kernels import dense_state, error_norm, stage_state
+from .kernels import dense_state, error_norm, normalise_rows_inplace, stage_state
 
 _A = np.array([
     [0, 0, 0, 0, 0, 0],
@@ -101,7 +100,7 @@ def integrate(
     rtol: float,
     atol: float,
     max_steps: int,
-    retract: Callable[[np.ndarray], np.ndarray] | None = None,
+    unit_rows: bool = False,
     fixed_step: float | None = None,
 ) -> tuple[np.ndarray, SolverStats]:
     """Integrate ``dy/dt = field(y)`` for a batch of trajectories.
@@ -114,9 +113,9 @@ def integrate(
         Initial states at ``t_eval[0]``.
     t_eval : ndarray, shape (T,)
         Increasing sample times; the first is the initial time.
-    retract : callable, optional
-        Maps an accepted state back onto the manifold (e.g. row normalisation);
-        applied after every accepted step and to every dense-output sample.
+    unit_rows : bool
+        Keep every row (last axis) on the unit sphere: accepted steps and
+        dense-output samples are retracted by normalising each row.
     fixed_step : float, optional
         Take steps of this size with no error control (for convergence-order
         tests); the last step is shortened to land on ``t_eval[-1]``.
@@ -196,16 +195,12 @@ def integrate(
                 rows = np.flatnonzero(due)
                 local = rows if every else acc[rows]
                 sigma = (t_eval[idx[rows]] - t[local]) / h[local]
-                dense = dense_state(y, h, stages, local, sigma, _P)
-                if retract is not None:
-                    dense = retract(dense)
+                dense = dense_state(y, h, stages, local, sigma, _P, unit_rows)
                 ys[gids[rows], idx[rows]] = dense
                 next_sample[gids[rows]] += 1
             moved = y_new if every else y_new[acc]
-            if retract is not None:
-                fixed = retract(moved)
-                max_retraction = max(max_retraction, float(np.max(np.abs(fixed - moved))))
-                moved = fixed
+            if unit_rows:
+                max_retraction = max(max_retraction, normalise_rows_inplace(moved))
             if every:
                 y, f = moved, stages[6].copy()
             else:
@@ -228,6 +223,8 @@ def integrate(
             raise IntegrationError(f"trajectory {bad}: {why} at t = {t[k]:.6g} of {t_end:g}")
 
         done = ~running
+        if done.all():
+            break
         if done.any():
             keep = np.flatnonzero(~done)
             active, y, t, h, f = active[keep], y[keep], t[keep], h[keep], f[keep]

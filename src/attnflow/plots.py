@@ -32,53 +32,87 @@ def _ensure_dims(ds: xr.Dataset, config: dict, experiment: str, dims) -> xr.Data
     return ds
 
 
+def _log_ticks(ax, axis, values):
+    """Log axis with ticks at the grid values, written plainly."""
+    set_scale, set_ticks = (ax.set_xscale, ax.set_xticks) if axis == "x" else (ax.set_yscale, ax.set_yticks)
+    set_scale("log")
+    set_ticks(values, [f"{v:g}" for v in values])
+    ax.minorticks_off()
+
+
 def energy(ds, config):
     ds = _ensure_dims(ds, config, "energy", ("heads", "geometry"))
-    grid = sns.FacetGrid(ds.energy_head.to_dataframe().reset_index(), row="heads", col="geometry",
-                         hue="head", height=2.6, aspect=1.3, sharey=False)
-    grid.map_dataframe(sns.lineplot, x="time", y="energy_head")
-    for (heads, geometry), ax in grid.axes_dict.items():
-        total = ds.energy_total.sel(heads=heads, geometry=geometry)
-        ax.plot(ds.time, total, color="k", lw=1.5, label=r"$E_{multi}$")
-        res = float(ds.thm11_residual.sel(heads=heads, geometry=geometry))
-        falling = float(ds.frac_head_falling.sel(heads=heads, geometry=geometry))
-        ax.set_title(f"{heads}, {geometry}\nThm 11 residual {res:.1e}; head falling {falling:.0%}",
-                     fontsize=8)
-    grid.set_axis_labels(r"time $t$", r"energy $E_h$ (mean over seeds)")
-    grid.add_legend(title=r"head $h$ (black: total)")
-    grid.figure.suptitle(f"Energy (Thm 11, 16-17); {_fixed(ds, config, 'energy')}", y=1.02)
-    return grid.figure
+    combos = [(h, g) for h in ds.heads.values for g in ds.geometry.values]
+    fig, axes = plt.subplots(2, len(combos), figsize=(3.3 * len(combos), 5.6), squeeze=False,
+                             sharex=True)
+    colors = sns.color_palette(n_colors=ds.sizes["head"])
+    for k, (heads, geometry) in enumerate(combos):
+        sub = ds.sel(heads=heads, geometry=geometry)
+        top, bottom = axes[0, k], axes[1, k]
+        top.plot(ds.time, sub.energy_total, color="k", lw=1.8, label=r"total $E_{multi}$")
+        for h, color in zip(ds["head"].values, colors, strict=True):
+            top.plot(ds.time, sub.energy_head.sel(head=h), color=color, label=f"head {h}: $E_{h}$")
+            bottom.plot(ds.time, sub.energy_rate_min.sel(head=h), color=color,
+                        label=f"head {h}")
+        bottom.axhline(0.0, color="k", lw=0.8)
+        res, falling = float(sub.thm11_residual), float(sub.frac_head_falling)
+        top.set_title(f"{heads} heads, {geometry}\nThm 11 residual {res:.1e}", fontsize=8)
+        bottom.set_title(f"samples with a head's energy falling: {falling:.0%}", fontsize=8)
+        bottom.set_xlabel(r"time $t$")
+    axes[0, 0].set_ylabel(r"energy (mean over seeds)")
+    axes[1, 0].set_ylabel(r"min over seeds of $dE_h/dt$")
+    axes[0, 0].legend(fontsize=6)
+    axes[1, 0].legend(fontsize=6)
+    fig.suptitle(f"Energy (Thm 11, 16-17): total rises everywhere; per-head energy can fall on the "
+                 f"sphere; {_fixed(ds, config, 'energy')}", fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def beta_star(ds, config):
     ds = _ensure_dims(ds, config, "beta_star", ("H", "n", "attention", "beta"))
-    frac = ds.frac_mono_path.to_dataframe().reset_index()
-    grid = sns.relplot(data=frac, x="beta", y="frac_mono_path", hue="attention", style="attention",
-                       row="H", col="n", kind="line", markers=True, height=2.6, aspect=1.3)
-    for (H, n), ax in grid.axes_dict.items():
+    Hs, ns = ds.H.values, ds.n.values
+    fig, axes = plt.subplots(len(Hs), len(ns), figsize=(3.6 * len(ns), 2.9 * len(Hs)),
+                             squeeze=False, sharex=True, sharey=True)
+    palette = dict(zip(ds.attention.values, sns.color_palette(n_colors=ds.sizes["attention"]),
+                       strict=True))
+    for (i, H), (j, n) in ((a, b) for a in enumerate(Hs) for b in enumerate(ns)):
+        ax = axes[i, j]
+        for att, color in palette.items():
+            sub = ds.sel(H=H, n=n, attention=att)
+            ax.plot(ds.beta, sub.frac_mono_path, "o-", color=color,
+                    label=f"{att}: per-head monotone up to $T_\\epsilon$")
+            ax.plot(ds.beta, sub.frac_mono_t0, ":", color=color, label=f"{att}: at $t=0$")
+            ax.plot(ds.beta, sub.frac_time_rd, "--", color=color, lw=1, alpha=0.7,
+                    label=f"{att}: time in Radial Dominance")
+            mean, std = float(sub.beta_emp_mean), float(sub.beta_emp_std)
+            if np.isfinite(mean):
+                ax.errorbar(mean, 0.5, xerr=std, fmt="D", color=color, ms=5, capsize=3,
+                            label=f"{att}: empirical threshold")
+            if float(sub.beta_emp_below_grid) >= 0.5:
+                ax.plot(ds.beta[0], 0.5, "<", color=color, ms=9,
+                        label=f"{att}: threshold below the grid")
         closed = float(ds.beta_star_closed.sel(H=H, n=n))
         if closed > 0:
-            ax.axvline(closed, color="k", ls="--", label=r"$\beta^*(H,n)$")
-        ax.axvline(float(ds.beta_orthogonal.sel(H=H, n=n)), color="tab:red", ls=":",
-                   label="orthogonal-token check")
-        for att, color in zip(ds.attention.values, sns.color_palette(), strict=False):
-            mean = float(ds.beta_emp_mean.sel(H=H, n=n, attention=att))
-            std = float(ds.beta_emp_std.sel(H=H, n=n, attention=att))
-            if np.isfinite(mean):
-                ax.errorbar(mean, 0.5, xerr=std, fmt="o", color=color, ms=4, capsize=3)
-        rd = ds.frac_time_rd.sel(H=H, n=n).mean("attention")
-        ax.plot(ds.beta, rd, color="gray", lw=1, label="time in Radial Dominance")
-        ax.set_xscale("log")
-        ax.set_xticks(ds.beta.values, [f"{b:g}" for b in ds.beta.values], minor=False)
-        ax.minorticks_off()
+            ax.axvline(closed, color="k", ls="--", lw=1.2, label=r"closed form $\beta^*(H,n)$")
+        orth = float(ds.beta_orthogonal.sel(H=H, n=n))
+        if np.isfinite(orth):
+            ax.axvline(orth, color="tab:red", ls=":", lw=1.5, label="orthogonal-token check")
+        _log_ticks(ax, "x", ds.beta.values)
+        ax.set_ylim(-0.05, 1.05)
         ax.set_title(f"H={H}, n={n}; " + (f"$\\beta^*$={closed:.3f}" if closed > 0
-                                          else r"$\beta^*\leq 0$"), fontsize=8)
-    grid.set_axis_labels(r"inverse temperature $\beta$", "fraction of runs per-head monotone")
-    handles, labels = grid.axes.flat[0].get_legend_handles_labels()
-    grid.axes.flat[0].legend(handles, labels, fontsize=6)
-    grid.figure.suptitle("Critical inverse temperature (Thm 19): dots = empirical threshold "
-                         f"(mean ± sd over seeds); {_fixed(ds, config, 'beta_star')}", y=1.02)
-    return grid.figure
+                                          else r"$\beta^*\leq 0$: no $\beta$ qualifies"),
+                     fontsize=8)
+        if i == len(Hs) - 1:
+            ax.set_xlabel(r"inverse temperature $\beta$")
+        if j == 0:
+            ax.set_ylabel("fraction of runs / of time")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
+    fig.suptitle("Critical inverse temperature (Thm 19): empirical threshold (mean ± sd over seeds) "
+                 f"vs closed form; {_fixed(ds, config, 'beta_star')}", fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def superadditivity(ds, config):
@@ -109,14 +143,6 @@ def superadditivity(ds, config):
     fig.suptitle(f"Heterogeneous heads (Thm 22); {_fixed(ds, config, 'superadditivity')}")
     fig.tight_layout()
     return fig
-
-
-def _log_ticks(ax, axis, values):
-    """Log axis with ticks at the grid values, written plainly."""
-    set_scale, set_ticks = (ax.set_xscale, ax.set_xticks) if axis == "x" else (ax.set_yscale, ax.set_yticks)
-    set_scale("log")
-    set_ticks(values, [f"{v:g}" for v in values])
-    ax.minorticks_off()
 
 
 def clustering_time(ds, config):
@@ -179,7 +205,8 @@ def entropy(ds, config):
     for n, ax in grid.axes_dict.items():
         ax.axhline(np.log(n), color="k", ls="--", label=r"$\log n$")
         res = float(ds.thm27_residual.sel(n=n).max())
-        ax.set_title(f"n={n}; Thm 27 residual {res:.1e} (finite differences)", fontsize=8)
+        ax.set_title(f"n={n}; Thm 27 residual {res:.1e} (exact rate integrated vs entropy)",
+                     fontsize=8)
         ax.legend(fontsize=6)
     grid.set_axis_labels(r"time $t$", r"attention entropy $H^h_i$ (nat)")
     grid.figure.suptitle(f"Entropy production (Thm 27); {_fixed(ds, config, 'entropy')}", y=1.03)

@@ -131,7 +131,7 @@ def simulate(
         try:
             xs, stats = integrate(
                 field, x_init, times, rtol=cell.rtol, atol=cell.atol,
-                max_steps=cell.max_steps, retract=normalise_rows if spherical else None,
+                max_steps=cell.max_steps, unit_rows=spherical,
             )
         except IntegrationError as err:
             raise SimulationError(f"{describe(cell)}: {err}") from err

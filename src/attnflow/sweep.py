@@ -162,14 +162,21 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
 def estimated_seconds(cells: Iterable[Cell]) -> float:
     """A generous wall-time estimate for simulating ``cells`` (for cluster resources).
 
-    Model: cost ~ seeds x t_max x H n^2 d x (1 + beta ||M||) per cell, with the
-    constant measured on the engine benchmark (cell M: 64 seeds, t_max 10,
-    about 0.5 s on one 2-core node), times 10 for safety, plus 20 s start-up.
+    Model: cost ~ seeds x t_max x H n^2 d x stiffness per cell, the constant
+    measured on the engine benchmark (cell M: 64 seeds, t_max 10, about 0.5 s
+    on one 2-core node), times 10 for safety, plus 20 s of start-up. Stiffness
+    is ``1 + beta ||M||`` (the step count grows with the scores' scale); usa's
+    unnormalised weights make it ``e^{beta ||M||} / 10`` when that is larger
+    (measured: 12,000 steps at beta ||M|| = 8 against 40 for softmax).
     """
     per_unit = 6e-9 * 10
     total = 20.0
     for c in cells:
-        total += per_unit * c.n_seeds * c.t_max * c.H * c.n**2 * c.d * (1 + c.beta * c.max_score_norm)
+        scale = c.beta * c.max_score_norm
+        stiffness = 1.0 + scale
+        if c.attention == "usa":
+            stiffness = max(stiffness, np.exp(scale) / 10.0)
+        total += per_unit * c.n_seeds * c.t_max * c.H * c.n**2 * c.d * stiffness
     return total
 
 
