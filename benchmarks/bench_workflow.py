@@ -35,6 +35,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="attnflow-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load(Path(args.configfile).read_text())
     config["results"] = str(work / "results")
     config_path = work / "config.yaml"
