@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from attnflow import Cell, generators
 from attnflow.integrate import integrate
 from attnflow.kernels import flops_per_trajectory
-from attnflow.simulate import AttentionField
+from attnflow.simulation import AttentionField
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from reference import velocity as reference_velocity  # noqa: E402

@@ -16,8 +16,7 @@ from sweep_helpers import planned, run, snakemake_cmd, write_config
 from attnflow import Cell, SimulationError, simulate
 from attnflow.sweep import failure_path, run_batch, store_path
 
-# attnflow.simulate the module (the package re-exports a function of the same name).
-simulate_module = importlib.import_module("attnflow.simulate")
+simulate_module = importlib.import_module("attnflow.simulation")
 
 pytestmark = pytest.mark.workflow
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import xarray as xr
+import yaml
 from sweep_helpers import planned, run, write_config
 
 from attnflow import theory
@@ -45,8 +46,12 @@ def test_provenance_of_stores_summaries_and_figures(tiny_run, capsys):
     tmp, config, results = tiny_run
     stores = sorted((results / "simulations").glob("*.zarr"))
     ds = xr.open_zarr(stores[0])
-    for field in ("H", "n", "d", "beta", "attention", "heads", "init", "geometry"):
-        assert field in ds.coords and f"cell_{field}" in ds.attrs
+    # Every cell field in the attrs; the creating experiment's grid axes as coordinates.
+    for field in ("H", "n", "d", "beta", "attention", "heads", "init", "geometry", "seeds"):
+        assert f"cell_{field}" in ds.attrs
+    grid = yaml.safe_load(config.read_text())["experiments"][ds.attrs["experiment"]]["grid"]
+    for axis in grid:
+        assert ds[axis].item() == ds.attrs[f"cell_{axis}"]
     for key in ("attnflow_version", "config_sha256", "experiment", "cell_id", "cell_seeds"):
         assert key in ds.attrs
     assert list(ds.seed.values) == ds.attrs["cell_seeds"]

@@ -9,6 +9,15 @@ except PackageNotFoundError:  # running from a source tree without installation
 
 from . import theory  # noqa: E402
 from .cell import Cell  # noqa: E402
-from .simulate import SimulationError, simulate  # noqa: E402
 
 __all__ = ["Cell", "SimulationError", "simulate", "theory", "__version__"]
+
+
+def __getattr__(name):
+    # The engine (numba, compiled kernels) loads on first use, so the workflow's
+    # aggregation and plotting jobs do not pay for it at start-up.
+    if name in ("simulate", "SimulationError"):
+        from . import simulation
+
+        return getattr(simulation, name)
+    raise AttributeError(f"module 'attnflow' has no attribute {name!r}")

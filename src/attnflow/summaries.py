@@ -1,25 +1,44 @@
-"""Reduce an experiment's trajectory stores into one summary dataset (lazily, with dask).
+"""Reduce an experiment's trajectory stores into one summary dataset, in parallel with dask.
 
-Each store is opened with ``xr.open_zarr`` (dask-backed), reduced per cell to
-a few quantities, stacked along the experiment's grid axes with an explicit
-outer join (a missing cell is NaN, never dropped) and computed once at the end.
+Each store is one dask task: opened lazily (``xr.open_zarr``, only the
+variables a reduction touches are read) and reduced to a few quantities per
+cell. The tasks run on the active dask scheduler (threads, or a
+dask.distributed cluster); their results are stacked along the experiment's
+grid axes with an explicit outer join, so a missing cell is NaN, never dropped.
+(Building one lazy dask graph of every store's reduction was measured slower:
+6.5 s of graph construction for 96 small stores against 1 s of work.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+import dask
 import numpy as np
 import xarray as xr
 from scipy.integrate import cumulative_simpson
 
 from . import theory
+from .cell import Cell
 from .observables import observables
+
+# The cell parameters are scalar coordinates of every store; the reductions read
+# them from the store's attrs instead (each coordinate is a separate zarr read).
+_CELL_COORDS = [f.name for f in dataclasses.fields(Cell) if f.name != "seeds"]
 
 
 def _open(path: Path) -> xr.Dataset:
-    return xr.open_zarr(path, consolidated=True)
+    # chunks=None: lazily indexed numpy arrays; parallelism is one task per store.
+    return xr.open_zarr(path, consolidated=True, chunks=None, drop_variables=_CELL_COORDS)
+
+
+def _reduce_store(experiment: str, coords: dict, path: Path) -> xr.Dataset:
+    """One dask task: the reduced quantities of one cell, tagged with its grid coordinates."""
+    with _open(path) as ds:
+        piece = REDUCERS[experiment](ds).load()
+    return piece.expand_dims("cell").assign_coords({a: ("cell", [v]) for a, v in coords.items()})
 
 
 def _before_cluster(ds: xr.Dataset) -> xr.DataArray:
@@ -78,7 +97,7 @@ def _superadditivity(ds: xr.Dataset) -> xr.Dataset:
     eps = (1.0 - ds.gamma_min).mean("seed")
     late = xr.apply_ufunc(_late_rate, eps, ds.time, input_core_dims=[["time"], ["time"]],
                           dask="parallelized", output_dtypes=[float])
-    beta, n = float(ds.beta), int(ds.n)  # phi of theory, written on the lazy array
+    beta, n = float(ds.attrs["cell_beta"]), int(ds.attrs["cell_n"])
     return xr.Dataset({
         "early_rate": ds.gamma_mean_rate.isel(time=0).mean("seed"),
         "early_rate_theory": (2 * ds.lam / (np.exp(beta * ds.lam) + n - 1)).sum("head").mean("seed"),
@@ -119,7 +138,7 @@ def _entropy(ds: xr.Dataset) -> xr.Dataset:
     )
     return xr.Dataset({
         "entropy": ent,
-        "log_n": np.log(float(ds.n)),
+        "log_n": np.log(float(ds.attrs["cell_n"])),
         "thm27_residual": residual,
         "min_entropy_step": ds.entropy.diff("time").min(),
     })
@@ -164,18 +183,11 @@ def summarise(experiment: str, entries: Sequence[tuple[dict, Path]]) -> xr.Datas
     Grid axes become dimensions; a cell whose store is missing is NaN in every
     variable and counted in ``attrs['missing_cells']``.
     """
-    reducer = REDUCERS[experiment]
     axes = list(entries[0][0]) if entries else []
-    pieces, missing = [], []
-    for coords, path in entries:
-        if not Path(path).exists():
-            missing.append(str(path))
-            continue
-        ds = _open(path)
-        piece = reducer(ds).expand_dims("cell").assign_coords(
-            {a: ("cell", [v]) for a, v in coords.items()}
-        )
-        pieces.append(piece)
+    missing = [str(path) for _, path in entries if not Path(path).exists()]
+    tasks = [dask.delayed(_reduce_store)(experiment, coords, path)
+             for coords, path in entries if Path(path).exists()]
+    pieces = list(dask.compute(*tasks))
     if not pieces:
         raise FileNotFoundError(f"{experiment}: none of the {len(entries)} stores exists")
     out = xr.concat(pieces, dim="cell", join="outer", fill_value=np.nan, coords="minimal",
@@ -187,7 +199,6 @@ def summarise(experiment: str, entries: Sequence[tuple[dict, Path]]) -> xr.Datas
     # Every grid value stays on its axis even when all of its cells are missing.
     grid = {a: list(dict.fromkeys(coords[a] for coords, _ in entries)) for a in axes}
     out = out.reindex(grid, fill_value=np.nan)
-    out = out.compute()
     out = _derive(experiment, out)
     out.attrs.update({"experiment": experiment, "n_cells": len(entries),
                       "missing_cells": missing})

@@ -23,7 +23,6 @@ import numpy as np
 import xarray as xr
 
 from .cell import Cell
-from .simulate import SimulationError, simulate
 
 EXPERIMENTS = ("energy", "beta_star", "superadditivity", "clustering_time", "entropy", "orthogonality")
 STORE_SUFFIX = ".zarr"
@@ -116,10 +115,16 @@ def write_store(ds: xr.Dataset, path: Path) -> None:
     tmp.rename(path)
 
 
-def with_cell_coords(ds: xr.Dataset, cell: Cell) -> xr.Dataset:
-    """Attach every cell field as a scalar coordinate (seeds stay the ``seed`` dimension)."""
-    coords = {f: v for f, v in cell.to_dict().items() if f != "seeds"}
-    return ds.assign_coords({k: np.asarray(v) for k, v in coords.items()})
+def with_cell_coords(ds: xr.Dataset, cell: Cell, fields: Iterable[str] | None = None) -> xr.Dataset:
+    """Attach cell fields as scalar coordinates (all but ``seeds``, the ``seed`` dimension, by default).
+
+    Every field is also in the attrs (``cell_*``); each coordinate costs a zarr
+    array of its own (measured: 22 of them doubled a store's write time), so the
+    workflow keeps only its experiment's grid axes as coordinates.
+    """
+    values = cell.to_dict()
+    names = [f for f in (values if fields is None else fields) if f != "seeds"]
+    return ds.assign_coords({k: np.asarray(values[k]) for k in names})
 
 
 def failure_path(root: str | Path, cell: Cell) -> Path:
@@ -127,13 +132,18 @@ def failure_path(root: str | Path, cell: Cell) -> Path:
     return Path(root) / f"{cell_id(cell)}.failed.json"
 
 
-def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=None) -> list[Path]:
+def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=None,
+              coord_fields: Iterable[str] | None = None) -> list[Path]:
     """Simulate every cell whose store is missing under ``root``; return all store paths.
+
+    ``coord_fields``: the cell fields stored as coordinates (default: all).
 
     Stores that exist are complete (see ``write_store``) and are skipped. A cell
     that fails leaves no store, a ``.failed.json`` record naming it, and stops
     the batch with ``SimulationError``; cells finished before it keep their stores.
     """
+    from .simulation import SimulationError, simulate  # the engine loads only where it runs
+
     paths = []
     cells = list(cells)
     Path(root).mkdir(parents=True, exist_ok=True)
@@ -152,7 +162,7 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
             log(f"[{i}/{len(cells)}] {path.name}: FAILED: {err}")
             raise
         ds.attrs.update({"cell_id": cell_id(cell), **(provenance or {})})
-        write_store(with_cell_coords(ds, cell), path)
+        write_store(with_cell_coords(ds, cell, coord_fields), path)
         failure_path(root, cell).unlink(missing_ok=True)
         log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
             f"computed in {time.perf_counter() - start:.3f} s, written")
@@ -195,7 +205,6 @@ __all__ = [
     "estimated_seconds",
     "failure_path",
     "EXPERIMENTS",
-    "SimulationError",
     "cell_id",
     "config_digest",
     "experiment_batches",

@@ -17,7 +17,9 @@ provenance = {
     "batch": snakemake.wildcards.batch,  # noqa: F821
     "config_sha256": config_digest(snakemake.config),  # noqa: F821
 }
-paths = run_batch(cells, snakemake.params.stores, provenance=provenance)  # noqa: F821
+grid_axes = list(snakemake.config["experiments"][snakemake.wildcards.experiment].get("grid", {}))  # noqa: F821
+paths = run_batch(cells, snakemake.params.stores, provenance=provenance,  # noqa: F821
+                  coord_fields=grid_axes)
 with open(snakemake.output.manifest, "w") as fh:  # noqa: F821
     json.dump({"stores": [str(p) for p in paths], "cells": json.loads(snakemake.params.cells)},  # noqa: F821
               fh, indent=1)
