@@ -124,29 +124,48 @@ def flops_per_trajectory(n: int, d: int, H: int, shared_values: bool = True) -> 
     return H * per_head
 
 
-@numba.njit(cache=True, parallel=True)
-def stage_state(y, h, stages, coeffs, out):
-    """``out[b] = y[b] + h[b] * sum_j coeffs[j] stages[j, b]`` (RK stage input).
+@numba.njit(cache=True, inline="always")
+def _accumulate(row, flat_k, b, scale, coeffs):
+    """``row += scale * sum_j coeffs[j] K_j[b]``, one stage at a time.
 
     Stage by stage over contiguous rows, so the inner loop vectorises (a
     branch-free axpy; measured 3x faster than summing over stages per element).
     """
+    for j in range(coeffs.size):
+        c = scale * coeffs[j]
+        if c != 0.0:
+            k = flat_k[j, b]
+            for e in range(row.size):
+                row[e] += c * k[e]
+
+
+@numba.njit(cache=True, inline="always")
+def _normalise_blocks(row, width):
+    """Scale each consecutive ``width``-block of ``row`` (a token) to unit norm; return max | norm - 1 |."""
+    worst = 0.0
+    for start in range(0, row.size, width):
+        norm = 0.0
+        for e in range(start, start + width):
+            norm += row[e] * row[e]
+        norm = np.sqrt(norm)
+        worst = max(worst, abs(norm - 1.0))
+        inv = 1.0 / norm
+        for e in range(start, start + width):
+            row[e] *= inv
+    return worst
+
+
+@numba.njit(cache=True, parallel=True)
+def stage_state(y, h, stages, coeffs, out):
+    """``out[b] = y[b] + h[b] * sum_j coeffs[j] stages[j, b]`` (RK stage input)."""
     n_batch = y.shape[0]
     flat_y = y.reshape(n_batch, -1)
     flat_k = stages.reshape(stages.shape[0], n_batch, -1)
     flat_out = out.reshape(n_batch, -1)
-    size = flat_y.shape[1]
     for b in numba.prange(n_batch):
         row = flat_out[b]
-        source = flat_y[b]
-        for e in range(size):
-            row[e] = source[e]
-        for j in range(coeffs.size):
-            c = h[b] * coeffs[j]
-            if c != 0.0:
-                k = flat_k[j, b]
-                for e in range(size):
-                    row[e] += c * k[e]
+        row[:] = flat_y[b]
+        _accumulate(row, flat_k, b, h[b], coeffs)
     return out
 
 
@@ -161,12 +180,7 @@ def error_norm(y, y_new, h, stages, weights, rtol, atol):
     result = np.empty(n_batch)
     for b in numba.prange(n_batch):
         err = np.zeros(size)
-        for j in range(weights.size):
-            c = h[b] * weights[j]
-            if c != 0.0:
-                k = flat_k[j, b]
-                for e in range(size):
-                    err[e] += c * k[e]
+        _accumulate(err, flat_k, b, h[b], weights)
         total = 0.0
         for e in range(size):
             r = err[e] / (atol + rtol * max(abs(flat_y[b, e]), abs(flat_new[b, e])))
@@ -185,51 +199,33 @@ def dense_state(y, h, stages, indices, sigma, poly, normalise):
     """
     n_batch = y.shape[0]
     n_stages, degree = poly.shape
+    flat_y = y.reshape(n_batch, -1)
     flat_k = stages.reshape(n_stages, n_batch, -1)
     out = np.empty((indices.size,) + y.shape[1:])
     flat_out = out.reshape(indices.size, -1)
-    size = flat_out.shape[1]
-    width = y.shape[-1]
     for r in numba.prange(indices.size):
         b = indices[r]
-        row = flat_out[r]
-        source = y[b].reshape(-1)
-        for e in range(size):
-            row[e] = source[e]
+        weights = np.empty(n_stages)
         for j in range(n_stages):
             acc, power = 0.0, 1.0
             for k in range(degree):
                 power *= sigma[r]
                 acc += poly[j, k] * power
-            c = h[b] * acc
-            if c != 0.0:
-                k_row = flat_k[j, b]
-                for e in range(size):
-                    row[e] += c * k_row[e]
+            weights[j] = acc
+        row = flat_out[r]
+        row[:] = flat_y[b]
+        _accumulate(row, flat_k, b, h[b], weights)
         if normalise:
-            for start in range(0, size, width):
-                norm = 0.0
-                for e in range(start, start + width):
-                    norm += row[e] * row[e]
-                inv = 1.0 / np.sqrt(norm)
-                for e in range(start, start + width):
-                    row[e] *= inv
+            _normalise_blocks(row, y.shape[-1])
     return out
 
 
 @numba.njit(cache=True, parallel=True)
 def normalise_rows_inplace(a):
     """Scale every row (last axis) of ``a`` to unit norm; return the largest ``| ||row|| - 1 |``."""
-    width = a.shape[-1]
-    rows = a.reshape(-1, width)
-    worst = np.zeros(rows.shape[0])
-    for r in numba.prange(rows.shape[0]):
-        norm = 0.0
-        for e in range(width):
-            norm += rows[r, e] * rows[r, e]
-        norm = np.sqrt(norm)
-        worst[r] = abs(norm - 1.0)
-        inv = 1.0 / norm
-        for e in range(width):
-            rows[r, e] *= inv
+    n_batch = a.shape[0]
+    flat = a.reshape(n_batch, -1)
+    worst = np.zeros(n_batch)
+    for b in numba.prange(n_batch):
+        worst[b] = _normalise_blocks(flat[b], a.shape[-1])
     return worst.max()
