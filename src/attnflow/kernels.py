@@ -26,25 +26,26 @@ def _scores_phase(x, scores, beta, attention, logits, rows):
         xb = np.ascontiguousarray(x[b])
         xb_t = np.ascontiguousarray(xb.T)
         for h in range(n_heads):
-            y = np.dot(xb, scores[b, h])  # row j: M_h x_j
-            rows[b, h] = y
-            s = np.dot(y, xb_t)  # s_ij = <x_i, M_h x_j>
+            # Products straight into the workspace: no temporaries, no copies.
+            y = rows[b, h]
+            np.dot(xb, scores[b, h], y)  # row j: M_h x_j
             out = logits[b, h]
+            np.dot(y, xb_t, out)  # s_ij = <x_i, M_h x_j>, turned into exponents in place
             if attention == 0:  # softmax: subtract the row maximum so exp cannot overflow
                 for i in range(n):
-                    m = s[i, 0]
+                    m = out[i, 0]
                     for j in range(1, n):
-                        m = max(m, s[i, j])
+                        m = max(m, out[i, j])
                     for j in range(n):
-                        out[i, j] = beta * (s[i, j] - m)
+                        out[i, j] = beta * (out[i, j] - m)
             elif attention == 1:  # usa: the Cell bounds beta ||M_h|| so exp stays finite
                 for i in range(n):
                     for j in range(n):
-                        out[i, j] = beta * s[i, j]
+                        out[i, j] = beta * out[i, j]
             else:  # relu: the weights themselves
                 for i in range(n):
                     for j in range(n):
-                        out[i, j] = max(beta * s[i, j], 0.0) / n
+                        out[i, j] = max(beta * out[i, j], 0.0) / n
 
 
 @numba.njit(cache=True, parallel=True)
@@ -55,6 +56,7 @@ def _output_phase(x, weights, rows, values_t, shared_values, attention, spherica
     for b in numba.prange(n_batch):
         xb = x[b]
         v = np.zeros((n, d))
+        head_out = np.empty((n, d))  # one buffer per trajectory, reused across heads
         for h in range(n_heads):
             w = weights[b, h]
             if attention == 0:
@@ -63,9 +65,10 @@ def _output_phase(x, weights, rows, values_t, shared_values, attention, spherica
                     for j in range(n):
                         w[i, j] *= inv
             if shared_values:
-                v += np.dot(w, rows[b, h])
+                np.dot(w, rows[b, h], head_out)
             else:
-                v += np.dot(w, np.dot(np.ascontiguousarray(xb), values_t[b, h]))
+                np.dot(w, np.dot(np.ascontiguousarray(xb), values_t[b, h]), head_out)
+            v += head_out
         if attention == 1:
             v *= 1.0 / n
         for i in range(n):
