@@ -9,7 +9,7 @@ from threadpoolctl import threadpool_limits
 from . import __version__, generators
 from .cell import MAX_EXPONENT, Cell
 from .integrate import BatchedField, IntegrationError, integrate
-from .kernels import ATTENTION_CODES, Workspace, velocity
+from .kernels import ATTENTION_CODES, Workspace, normalise_rows_inplace, velocity
 from .observables import first_crossing, trajectory_observables
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
@@ -45,10 +45,6 @@ class AttentionField(BatchedField):
         self.values_t = (
             self.scores if self.shared_values else np.ascontiguousarray(self.values_t[indices])
         )
-
-
-def normalise_rows(x):
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
 _VARIABLES = {
@@ -139,13 +135,14 @@ def simulate(
             xs, scores, scores if values_t is None else values_t, cell.beta,
             cell.attention, spherical,
         )
-    _check_finite(cell, xs, obs, spherical)
+    # Largest | ||x_i|| - 1 | per seed: stored, and checked on the sphere.
+    norm_drift = np.max(np.abs(np.linalg.norm(xs, axis=-1) - 1.0), axis=(1, 2))
+    _check_finite(cell, xs, obs, norm_drift if spherical else None)
 
     if cell.cluster_metric == "epsilon":
         t_cluster, censored = first_crossing(times, 1.0 - obs["gamma_min"], cell.cluster_threshold, True)
     else:
         t_cluster, censored = first_crossing(times, obs["gamma_mean"], cell.cluster_threshold, False)
-    norm_drift = np.max(np.abs(np.linalg.norm(xs, axis=-1) - 1.0), axis=(1, 2))
 
     data_vars = {}
     for name, (extra, units, description) in _VARIABLES.items():
@@ -239,17 +236,17 @@ def _check_x0(cell, x0):
         off = np.max(np.abs(np.linalg.norm(x0, axis=-1) - 1.0))
         if off > _SPHERE_TOLERANCE:
             raise ValueError(f"x0: tokens are not on the unit sphere (max | ||x_i|| - 1 | = {off:.3g})")
-        x0 = normalise_rows(x0)
+        normalise_rows_inplace(x0)
     return x0
 
 
-def _check_finite(cell, xs, obs, spherical):
+def _check_finite(cell, xs, obs, sphere_drift):
     bad = [k for k, v in obs.items() if not np.all(np.isfinite(v))]
     if not np.all(np.isfinite(xs)):
         bad.insert(0, "x")
     if bad:
         raise SimulationError(f"{describe(cell)}: non-finite values in {', '.join(bad)}")
-    if spherical:
-        drift = float(np.max(np.abs(np.linalg.norm(xs, axis=-1) - 1.0)))
+    if sphere_drift is not None:
+        drift = float(np.max(sphere_drift))
         if drift > 1e-10:
             raise SimulationError(f"{describe(cell)}: tokens left the sphere (drift {drift:.3g})")
