@@ -23,6 +23,7 @@ from scipy.integrate import cumulative_simpson
 from . import theory
 from .cell import Cell
 from .observables import observables
+from .sweep import experiment_cells, store_path
 
 # The cell parameters are scalar coordinates of every store; the reductions read
 # them from the store's attrs instead (each coordinate is a separate zarr read).
@@ -274,8 +275,6 @@ def orthogonal_threshold(H: int, n: int, alpha: float = 1.0, tol: float = 1e-12)
 
 def cell_entries(config: dict, experiment: str, root: str | Path) -> list[tuple[dict, Path]]:
     """``(grid coords, store path)`` for every cell of an experiment."""
-    from .sweep import experiment_cells, store_path
-
     return [(coords, store_path(root, cell)) for coords, cell in experiment_cells(config, experiment)]
 
 
