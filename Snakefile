@@ -11,7 +11,6 @@ if not config:
     configfile: "config/config.yaml"
 
 
-
 include: "workflow/rules/common.smk"
 
 

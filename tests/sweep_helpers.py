@@ -10,8 +10,12 @@ import numpy as np
 import xarray as xr
 import yaml
 
+from attnflow.store import verify
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "config_tiny.yaml"
+# The tests' own experiment modules (toy_experiment) are importable in every job.
+ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
 
 
 def write_config(tmp: Path, name: str = "config.yaml", **edits) -> Path:
@@ -21,7 +25,7 @@ def write_config(tmp: Path, name: str = "config.yaml", **edits) -> Path:
         node = cfg
         *parents, leaf = path.split(".")
         for key in parents:
-            node = node[key]
+            node = node.setdefault(key, {})
         if value is None:
             node.pop(leaf, None)
         else:
@@ -41,7 +45,7 @@ def run(workdir, config, *extra, check=True, env=None, cores=2):
     if not any(a.startswith("--profile") or a == "--cores" for a in args):
         args = ["--cores", str(cores), *args]
     proc = subprocess.run(snakemake_cmd(workdir, config, *args), capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **ENV, **(env or {})})
     if check and proc.returncode:
         raise AssertionError(proc.stdout[-6000:] + proc.stderr[-6000:])
     return proc
@@ -54,6 +58,12 @@ def planned(workdir, config, *targets) -> dict[str, int]:
     return {k: int(v) for k, v in counts.items() if k != "total"}
 
 
+def snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:
+    """mtime and bytes of every file under ``directory``, by relative path."""
+    return {str(p.relative_to(directory)): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
 def assert_same_results(a: Path, b: Path):
     """Every simulation store and summary in results dirs ``a`` and ``b`` holds identical numbers."""
     for sub in ("simulations", "summaries"):
@@ -61,6 +71,7 @@ def assert_same_results(a: Path, b: Path):
         stores_b = sorted(p.name for p in (b / sub).glob("*.zarr"))
         assert stores_a == stores_b and stores_a, sub
         for name in stores_a:
+            assert verify(a / sub / name).ok and verify(b / sub / name).ok, name
             da = xr.open_zarr(a / sub / name).load()
             db = xr.open_zarr(b / sub / name).load()
             assert set(da.data_vars) == set(db.data_vars)

@@ -5,8 +5,8 @@ import pytest
 import xarray as xr
 import yaml
 
-from attnflow.aggregate import aggregate_experiment
-from attnflow.summaries import summarise
+from attnflow.aggregate import aggregate, summarise
+from attnflow.config import validate
 
 pytestmark = pytest.mark.workflow
 
@@ -17,33 +17,34 @@ def _same(a: xr.Dataset, b: xr.Dataset):
         np.testing.assert_array_equal(a[var].values, b[var].values, err_msg=var)
 
 
+def _sweep(config_path):
+    return validate(yaml.safe_load(config_path.read_text()), reach_scheduler=False)
+
+
 def test_schedulers_agree(tmp_path, tiny_run):
     _, config_path, results = tiny_run
-    config = yaml.safe_load(config_path.read_text())
-    stores = results / "simulations"
+    sweep = _sweep(config_path)
+    exp, spec = sweep.experiments.get("beta_star"), sweep.specs["beta_star"]
+    entries = sweep.entries("beta_star")
     reference = xr.open_zarr(results / "summaries" / "beta_star.zarr").load()
-    local = aggregate_experiment(config, "beta_star", stores, tmp_path / "local.zarr",
-                                 scheduler="distributed")
+    local = aggregate(exp, spec, entries, tmp_path / "local.zarr", scheduler="distributed")
     _same(local, reference)
     from dask.distributed import LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster:
-        remote = aggregate_experiment(config, "beta_star", stores, tmp_path / "remote.zarr",
-                                      scheduler=cluster.scheduler_address)
+        remote = aggregate(exp, spec, entries, tmp_path / "remote.zarr", scheduler=cluster.scheduler_address)
     _same(remote, reference)
     _same(xr.open_zarr(tmp_path / "remote.zarr").load(), reference)
 
 
 def test_missing_cells_are_nan_and_listed(tmp_path, tiny_run):
     _, config_path, results = tiny_run
-    config = yaml.safe_load(config_path.read_text())
-    from attnflow.summaries import cell_entries
-
-    entries = cell_entries(config, "beta_star", results / "simulations")
-    entries[0] = (entries[0][0], tmp_path / "nowhere.zarr")
-    out = summarise("beta_star", entries)
+    sweep = _sweep(config_path)
+    entries = sweep.entries("beta_star")
+    entries[0] = (entries[0][0], str(tmp_path / "nowhere.zarr"))
+    out = summarise(sweep.experiments.get("beta_star"), sweep.specs["beta_star"], entries)
     assert out.attrs["missing_cells"] == [str(tmp_path / "nowhere.zarr")]
-    missing = entries[0][0]
-    assert np.isnan(out.frac_time_rd.sel(missing).values).all()
-    assert out.sizes["beta"] == len(config["experiments"]["beta_star"]["grid"]["beta"])
+    missing = {k: v for k, v in entries[0][0].items()}
+    assert np.isnan(out.time_rd.sel(missing).values).all()
+    assert out.sizes["beta"] == len(sweep.specs["beta_star"].grid["beta"])

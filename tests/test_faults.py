@@ -1,4 +1,4 @@
-"""Fault tolerance: kills mid-write, NaN, failed cells, determinism across core counts."""
+"""Fault tolerance: kills mid-write, NaN, failed cells, shared cells, determinism across core counts."""
 
 import importlib
 import json
@@ -11,9 +11,11 @@ import time
 import numpy as np
 import pytest
 import xarray as xr
-from sweep_helpers import planned, run, snakemake_cmd, write_config
+import yaml
+from sweep_helpers import ENV, planned, run, snakemake_cmd, write_config
 
 from attnflow import Cell, SimulationError, simulate
+from attnflow.store import verify
 from attnflow.sweep import failure_path, run_batch, store_path
 
 simulate_module = importlib.import_module("attnflow.simulation")
@@ -21,22 +23,30 @@ simulate_module = importlib.import_module("attnflow.simulation")
 pytestmark = pytest.mark.workflow
 
 
-def _poisoned_integrate(value):
-    real = simulate_module.integrate
+def _poisoned_solve(poison):
+    real = simulate_module.solve
 
-    def integrate(*args, **kwargs):
-        xs, stats = real(*args, **kwargs)
-        xs[0, -1, 0, 0] = value(xs[0, -1, 0, 0])
-        return xs, stats
-    return integrate
+    def solve(*args, **kwargs):
+        result = real(*args, **kwargs)
+        poison(result)
+        return result
+    return solve
+
+
+def _nan(result):
+    result.observables["gamma_mean"][0, -1] = np.nan
+
+
+def _off_sphere(result):
+    result.norm_drift[0] = 0.5
 
 
 @pytest.mark.parametrize("poison, message", [
-    (lambda v: np.nan, "non-finite values in x"),
-    (lambda v: 1.5 * v + 0.5, "left the sphere"),
+    (_nan, "non-finite values in gamma_mean"),
+    (_off_sphere, "left the sphere"),
 ])
 def test_bad_numbers_fail_naming_the_cell_and_write_no_store(tmp_path, monkeypatch, poison, message):
-    monkeypatch.setattr(simulate_module, "integrate", _poisoned_integrate(poison))
+    monkeypatch.setattr(simulate_module, "solve", _poisoned_solve(poison))
     cell = Cell(H=2, n=5, d=4, beta=0.7, seeds=2, t_max=1.0, n_samples=5)
     with pytest.raises(SimulationError, match=rf"cell\(H=2, n=5, d=4, beta=0.7.*{message}"):
         simulate(cell)
@@ -53,24 +63,26 @@ def test_killed_job_leaves_no_complete_store_and_resumes(tmp_path, tiny_run):
     target = str(tmp_path / "results" / "figures" / "orthogonality.png")
     proc = subprocess.Popen(snakemake_cmd(tmp_path, config, "--cores", "1", target),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "ATTNFLOW_FAULT": "hang-before-rename"},
+                            env={**os.environ, **ENV, "ATTNFLOW_FAULT": "hang-before-rename"},
                             start_new_session=True)
     sims = tmp_path / "results" / "simulations"
     deadline = time.monotonic() + 120
-    while not list(sims.glob("*.partial")) and time.monotonic() < deadline:
+    while not list(sims.glob("*.partial-*")) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(0.5)  # let the partial store's metadata land: the job is now mid-write
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    partial = list(sims.glob("*.partial"))
+    partial = list(sims.glob("*.partial-*"))
     assert len(partial) == 1, "the job should have been killed while writing one store"
     assert not list(sims.glob("*.zarr")), "no store may look complete after the kill"
+    stem = partial[0].name.split(".partial-")[0]
+    assert verify(sims / stem).status == "interrupted"
 
     run(tmp_path, config, "--unlock")
     # Exactly the killed job reruns (with its summary and figure downstream).
     assert planned(tmp_path, config, target) == {"simulate": 1, "aggregate": 1, "plot": 1}
     run(tmp_path, config, "--cores", "1", target)
-    assert not list(sims.glob("*.partial"))
+    assert not list(sims.glob("*.partial-*"))  # the dead writer's directory is cleaned up
     for store in sims.glob("*.zarr"):
         a, b = xr.open_zarr(store).load(), xr.open_zarr(reference / "simulations" / store.name).load()
         for var in a.data_vars:
@@ -83,16 +95,13 @@ def test_failed_cell_is_reported_and_finished_cells_never_recomputed(tmp_path):
     config = tmp_path / "config.yaml"
     cfg = {
         "results": str(tmp_path / "results"),
-        "defaults": {"seeds": 2, "n_samples": 11},
         "experiments": {"orthogonality": {
             "fixed": {"heads": "perturbed_block", "attention": "usa", "geometry": "flat",
-                      "H": 2, "n": 6, "d": 4, "beta": 1.0},
+                      "H": 2, "n": 6, "d": 4, "beta": 1.0, "seeds": 2, "n_samples": 11},
             "grid": {"delta": [0.0, 0.1], "t_max": [0.2, 5.0]},
             "batch_over": ["delta", "t_max"],
         }},
     }
-    import yaml
-
     config.write_text(yaml.safe_dump(cfg))
     first = run(tmp_path, config, check=False)
     assert first.returncode != 0
@@ -109,7 +118,7 @@ def test_failed_cell_is_reported_and_finished_cells_never_recomputed(tmp_path):
     assert second.returncode != 0
     assert {p.name: p.stat().st_mtime_ns for p in sims.glob("*.zarr")} == done
     logs = "".join(p.read_text() for p in (tmp_path / "results" / "logs" / "simulate").rglob("*.log"))
-    assert "exists, skipped" in logs
+    assert "complete, skipped" in logs
 
     status = subprocess.run([sys.executable, "-m", "attnflow.cli", "status", "--configfile", str(config)],
                             capture_output=True, text=True)
@@ -120,14 +129,61 @@ def test_failed_cell_is_reported_and_finished_cells_never_recomputed(tmp_path):
     assert "failed orthogonality/" in status.stdout
 
 
+def test_status_without_a_config_file_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "attnflow.cli", "status", "--configfile",
+                           str(tmp_path / "nowhere.yaml")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "nowhere.yaml" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_same_seeds_bit_identical_on_one_core(tmp_path, tiny_run):
     _, _, reference = tiny_run
-    config = write_config(tmp_path, **{"experiments.energy": None, "experiments.superadditivity": None,
-                                       "experiments.clustering_time": None, "experiments.entropy": None,
-                                       "experiments.orthogonality": None})
+    config = write_config(tmp_path, **{f"experiments.{name}": None for name in (
+        "energy", "superadditivity", "clustering_time", "clustering_probability", "entropy",
+        "orthogonality")})
     run(tmp_path, config, cores=1)
     for store in (tmp_path / "results" / "simulations").glob("*.zarr"):
         a, b = xr.open_zarr(store).load(), xr.open_zarr(reference / "simulations" / store.name).load()
         for var in a.data_vars:
             np.testing.assert_array_equal(a[var].values, b[var].values, err_msg=var)
     assert planned(tmp_path, config) == {}
+
+
+def shared_cells_config(tmp: "os.PathLike") -> "os.PathLike":
+    """Two experiments whose grids hold the same cells (beta_star and toy_margin at n = 4)."""
+    cell = {"heads": "block", "d": 4, "seeds": 2, "t_max": 2.0, "n_samples": 11, "stop_at_cluster": False}
+    return write_config(tmp, **{
+        "experiment_modules": ["toy_experiment"],
+        "experiments": {
+            "beta_star": {"fixed": {**cell, "observables": ["radial", "energy"]},
+                          "grid": {"H": [2], "n": [4, 6], "attention": ["softmax"], "heads": ["block"],
+                                   "beta": [0.5, 1.0, 2.0]}, "batch_over": ["beta"]},
+            "toy_margin": {"fixed": {**cell, "init": "uniform", "H": 2, "observables": ["energy"]},
+                           "grid": {"beta": [0.5, 1.0, 2.0], "n": [4]}, "batch_over": []},
+        },
+    })
+
+
+def test_two_experiments_sharing_cells_write_each_store_once(tmp_path):
+    config = shared_cells_config(tmp_path)
+    proc = run(tmp_path, config, cores=4)
+    sims = tmp_path / "results" / "simulations"
+    stores = sorted(sims.glob("*.zarr"))
+    assert len(stores) == 6 and all(verify(s).ok for s in stores)  # 2 n x 3 beta, toy's 3 shared
+    assert not list(sims.glob("*.partial-*"))
+    logs = "".join(p.read_text() for p in (tmp_path / "results" / "logs" / "simulate").rglob("*.log"))
+    assert logs.count("written") == 6 and "already written" not in logs
+    assert "Directory not empty" not in proc.stdout + proc.stderr
+    # The same numbers as a run of the first experiment alone.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    cfg = yaml.safe_load(config.read_text())
+    cfg["results"] = str(alone / "results")
+    del cfg["experiments"]["toy_margin"]
+    (alone / "c.yaml").write_text(yaml.safe_dump(cfg))
+    run(alone, alone / "c.yaml")
+    for store in stores:
+        a, b = xr.open_zarr(store).load(), xr.open_zarr(alone / "results" / "simulations" / store.name).load()
+        for var in a.data_vars:
+            np.testing.assert_array_equal(a[var].values, b[var].values, err_msg=var)
+    assert {p.name for p in (alone / "results" / "simulations").glob("*.zarr")} == {s.name for s in stores}

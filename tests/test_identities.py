@@ -2,21 +2,15 @@
 
 import numpy as np
 import pytest
-from reference import (
-    entropies,
-    head_energies,
-    head_outputs,
-    random_sphere,
-    random_symmetric,
-    velocity,
-)
+from reference import entropies, head_energies, head_outputs, random_sphere, random_symmetric, velocity
 
 from attnflow import Cell, simulate, theory
-from attnflow.observables import observables
+from attnflow.engine import observe
 
 
 def _obs(x, m, beta, attention, spherical):
-    return observables(x, m, m, beta, attention, spherical)
+    out = observe(x[None], m[None], attention=attention, beta=beta, spherical=spherical)
+    return {k: v[0] for k, v in out.items()}
 
 
 @pytest.mark.parametrize("spherical", [True, False])
@@ -37,6 +31,21 @@ def test_thm11_total_energy_rate_equals_kinetic(rng, spherical):
         fd = (head_energies(x + eps * xdot, m, beta) - head_energies(x - eps * xdot, m, beta)) / (2 * eps)
         # Central difference error is O(eps^2 ||E'''||) ~ 1e-10 here.
         np.testing.assert_allclose(o["energy_rate"], fd, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(o["energy"], head_energies(x, m, beta), rtol=1e-13)
+
+
+@pytest.mark.parametrize("attention", ["softmax", "relu"])
+def test_energy_rate_by_finite_differences_for_every_attention(rng, attention):
+    # The per-head energy and its rate are defined alike whatever drives the flow.
+    n, d, H, beta = 6, 5, 2, 0.9
+    m = random_symmetric(rng, H, d)
+    x = random_sphere(rng, n, d)
+    xdot = velocity(x, m, beta, attention)
+    eps = 1e-5
+    fd = (head_energies(x + eps * xdot, m, beta) - head_energies(x - eps * xdot, m, beta)) / (2 * eps)
+    o = _obs(x, m, beta, attention, True)
+    np.testing.assert_allclose(o["energy_rate"], fd, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(o["energy"], head_energies(x, m, beta), rtol=1e-13)
 
 
 @pytest.mark.parametrize("spherical", [True, False])
@@ -57,6 +66,7 @@ def test_thm16_17_per_head_decomposition(rng, spherical):
     o = _obs(x, m, beta, "usa", spherical)
     # Same sums in another order: round-off on O(1) quantities.
     np.testing.assert_allclose(o["energy_rate"], expected, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(o["radial_shadow"], np.stack(a), rtol=1e-12, atol=1e-14)
 
 
 def test_block_heads_fall_on_sphere_but_not_flat():
@@ -92,20 +102,10 @@ def test_thm27_entropy_rate_by_finite_differences(rng):
     xdot = velocity(x, m, beta, "softmax")
     eps = 1e-5
     fd = (entropies(x + eps * xdot, m, beta) - entropies(x - eps * xdot, m, beta)) / (2 * eps)
-    # Formula: dH_i/dt = -beta^2 Cov_p(s_ij, ds_ij/dt).
-    for h in range(H):
-        s = x @ m[h] @ x.T
-        sdot = xdot @ m[h] @ x.T + x @ m[h] @ xdot.T
-        p = np.exp(beta * s - (beta * s).max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
-        cov = np.sum(p * s * sdot, 1) - np.sum(p * s, 1) * np.sum(p * sdot, 1)
-        # Central difference: O(eps^2) ~ 1e-10 truncation, 1e-11 cancellation.
-        np.testing.assert_allclose(-(beta**2) * cov, fd[h], atol=1e-8)
-        np.testing.assert_allclose(_obs(x, m, beta, "softmax", True)["entropy_rate"][h], fd[h],
-                                   atol=1e-8)
-    # The package's entropy is the same quantity as the reference's.
-    np.testing.assert_allclose(_obs(x, m, beta, "softmax", True)["entropy"], entropies(x, m, beta),
-                               rtol=1e-13)
+    o = _obs(x, m, beta, "softmax", True)
+    # Central difference: O(eps^2) ~ 1e-10 truncation, 1e-11 cancellation.
+    np.testing.assert_allclose(o["entropy_rate"], fd, atol=1e-8)
+    np.testing.assert_allclose(o["entropy"], entropies(x, m, beta), rtol=1e-13)
 
 
 def test_entropy_rises_to_log_n_for_equiangular_scalar_heads():
@@ -128,6 +128,9 @@ def test_equiangular_ode_matches_particles():
     np.testing.assert_allclose(ds.gamma_mean.values[0], ref, atol=1e-8)
     # Equiangular is invariant: every pair keeps the common cosine.
     np.testing.assert_allclose(ds.gamma_min.values[0], ref, atol=1e-8)
+    # The exact early rate is sum_h phi(lambda_h) (Thm 22).
+    assert float(ds.gamma_mean_rate.isel(seed=0, time=0)) == pytest.approx(
+        float(theory.equiangular_rate(0.05, lambdas, 2.0, 5)), rel=1e-12)
 
 
 def test_late_rate_is_two_lambda():

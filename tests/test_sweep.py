@@ -1,24 +1,13 @@
-import numpy as np
 import pytest
-import xarray as xr
 
 from attnflow import Cell
-from attnflow.sweep import (
-    ConfigError,
-    cell_id,
-    estimated_memory_mb,
-    estimated_seconds,
-    experiment_batches,
-    experiment_cells,
-    validate_config,
-    write_store,
-)
+from attnflow.config import validate
+from attnflow.sweep import cell_id, spec_points, store_path
 
 CONFIG = {
-    "defaults": {"seeds": 2, "t_max": 1.0},
     "experiments": {
         "beta_star": {
-            "fixed": {"heads": "block", "d": 4},
+            "fixed": {"heads": "block", "d": 4, "seeds": 2, "t_max": 1.0},
             "grid": {"H": [2], "n": [4, 6], "beta": [0.5, 1.0, 2.0]},
             "batch_over": ["beta"],
         }
@@ -26,69 +15,80 @@ CONFIG = {
 }
 
 
+def _with_grid(**grid):
+    block = {**CONFIG["experiments"]["beta_star"], "grid": grid}
+    return {"experiments": {"beta_star": block}}
+
+
 def test_cells_are_the_grid_product_with_coordinates():
-    cells = experiment_cells(CONFIG, "beta_star")
-    assert len(cells) == 6
-    coords, cell = cells[0]
-    assert coords == {"H": 2, "n": 4, "beta": 0.5}
+    sweep = validate(CONFIG)
+    points = sweep.points["beta_star"]
+    assert len(points) == 6
+    assert points[0].coords == {"H": 2, "n": 4, "beta": 0.5}
+    cell = points[0].cell
     assert cell.heads == "block" and cell.seeds == (0, 1) and cell.t_max == 1.0
+    # The experiment's observables are recorded on top of the config's.
+    assert set(cell.observables) >= {"energy", "radial"}
 
 
 def test_cell_id_depends_on_every_field_and_nothing_else():
     a = Cell(H=2, n=4, d=4)
     assert cell_id(a) == cell_id(Cell(H=2, n=4, d=4))
-    for change in ({"beta": 1.5}, {"seeds": 3}, {"rtol": 1e-7}, {"save_positions": True}):
+    for change in ({"beta": 1.5}, {"seeds": 3}, {"rtol": 1e-7}, {"observables": ["positions"]}):
         assert cell_id(a.replace(**change)) != cell_id(a)
 
 
 def test_batches_group_the_fast_axis_and_are_stable_under_new_values():
-    batches = experiment_batches(CONFIG, "beta_star")
+    batches = validate(CONFIG).batches
     assert sorted(len(v) for v in batches.values()) == [3, 3]
-    grown = {**CONFIG, "experiments": {"beta_star": {
-        **CONFIG["experiments"]["beta_star"],
-        "grid": {"H": [2], "n": [4, 6, 8], "beta": [0.5, 1.0, 2.0]}}}}
-    new = experiment_batches(grown, "beta_star")
+    grown = validate(_with_grid(H=[2], n=[4, 6, 8], beta=[0.5, 1.0, 2.0])).batches
     # Existing batches keep their names and cells; the new n only adds one.
     for name, cells in batches.items():
-        assert [cell_id(c) for c in new[name]] == [cell_id(c) for c in cells]
-    assert len(new) == 3
+        assert [cell_id(c) for c in grown[name]] == [cell_id(c) for c in cells]
+    assert len(grown) == 3
 
 
-@pytest.mark.parametrize("experiments, match", [
-    ({}, "experiments: empty"),
-    ({"phase": {"grid": {"beta": [1.0]}}}, "experiments.phase: unknown experiment"),
-    ({"energy": {"grid": {"beta": []}}}, r"experiments.energy.grid.beta = \[\]"),
-    ({"energy": {"fixed": {"heads": "block", "H": 3, "d": 4}}}, "Cell.d = 4"),
-    ({"energy": {"fixed": {"bogus": 1}}}, "bogus"),
-])
-def test_config_errors_name_the_key(experiments, match):
-    with pytest.raises(ConfigError, match=match):
-        validate_config({"experiments": experiments})
+def test_a_cell_shared_by_two_experiments_is_owned_by_one_batch():
+    # toy_margin's default cells are beta_star-like cells of their own; a second
+    # experiment block that repeats the first's grid point shares its store.
+    block = {"fixed": {"heads": "block", "d": 4, "seeds": 2, "t_max": 1.0, "n_samples": 11,
+                       "stop_at_cluster": False, "observables": ["radial"]},
+             "grid": {"H": [2], "n": [4], "beta": [0.5, 1.0], "attention": ["softmax"]}}
+    config = {"experiment_modules": ["toy_experiment"], "experiments": {
+        "beta_star": {**block, "fixed": {**block["fixed"], "observables": ["energy", "radial"]},
+                      "grid": {**block["grid"], "n": [4, 6]}},
+        "toy_margin": {"fixed": {**block["fixed"], "init": "uniform", "observables": ["energy"]},
+                       "grid": {"beta": [0.5, 1.0], "n": [4]}, "batch_over": ["beta"]},
+    }}
+    sweep = validate(config)
+    owners = {}
+    for batch, cells in sweep.batches.items():
+        for cell in cells:
+            assert cell_id(cell) not in owners, "a cell in two batches"
+            owners[cell_id(cell)] = batch
+    shared = {p for _, p in sweep.entries("beta_star")} & {p for _, p in sweep.entries("toy_margin")}
+    assert len(shared) == 2  # beta 0.5 and 1.0 at n = 4: the same cells, one store each
+    for path in shared:
+        owner = next(b for b, cells in sweep.batches.items()
+                     if any(str(store_path(sweep.stores, c)) == path for c in cells))
+        assert owner in sweep.batches_of("beta_star") and owner in sweep.batches_of("toy_margin")
 
 
-def test_resource_estimates_grow_with_the_work():
-    small, big = Cell(n=8, d=8, seeds=4), Cell(n=64, d=32, seeds=64)
-    base = estimated_seconds([])  # start-up allowance
-    ratio = (estimated_seconds([big]) - base) / (estimated_seconds([small]) - base)
-    # The model is linear in seeds x n^2 d at fixed H, beta, t_max: 16 x 256 here.
-    assert ratio == pytest.approx(16 * 256)
-    assert estimated_seconds([small, big]) == pytest.approx(
-        estimated_seconds([small]) + estimated_seconds([big]) - base)
-    assert estimated_memory_mb([big]) > estimated_memory_mb([small]) >= 600
+def test_equal_cells_on_one_grid_share_a_store():
+    # spread is not read by equal strengths: those grid points are one cell.
+    config = {"experiments": {"superadditivity": {
+        "fixed": {"seeds": 2, "t_max": 1.0},
+        "grid": {"init": ["uniform"], "spread": [0.3, 0.6], "lambda_dist": ["equal", "linear"],
+                 "lambda_bar": [1.0, 2.0], "beta": [1.0, 2.0]}}}}
+    sweep = validate(config)
+    entries = sweep.entries("superadditivity")
+    assert len(entries) == 16 and len({p for _, p in entries}) == 12
+    assert sum(len(c) for c in sweep.batches.values()) == 12
 
 
-def test_write_store_is_atomic(tmp_path, monkeypatch):
-    ds = xr.Dataset({"a": ("x", np.arange(3.0))})
-    path = tmp_path / "s.zarr"
-
-    def crash(*args, **kwargs):
-        raise KeyboardInterrupt  # as if killed while writing
-
-    monkeypatch.setattr(xr.Dataset, "to_zarr", crash)
-    with pytest.raises(KeyboardInterrupt):
-        write_store(ds, path)
-    assert not path.exists()
-    monkeypatch.undo()
-    write_store(ds, path)
-    assert path.exists() and not (tmp_path / "s.zarr.partial").exists()
-    np.testing.assert_array_equal(xr.open_zarr(path).a.values, [0, 1, 2])
+def test_spec_points_name_the_experiment():
+    sweep = validate(CONFIG)
+    spec = sweep.specs["beta_star"]
+    bad = type(spec)(spec.name, {**spec.fixed, "d": 5}, spec.grid, spec.batch_over)
+    with pytest.raises(ValueError, match=r"experiments\.beta_star \(grid point .*Cell\.d = 5"):
+        spec_points(bad)

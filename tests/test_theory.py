@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from scipy.integrate import solve_ivp
 
 from attnflow import theory
 
@@ -33,6 +34,7 @@ def test_lambda_c_is_inflection_of_phi():
     for beta, n in [(1.0, 8), (2.5, 32), (0.3, 3)]:
         lc = float(theory.lambda_c(beta, n))
         h = 1e-3 * lc
+
         def second(lam, h=h, beta=beta, n=n):
             return (theory.phi(lam + h, beta, n) - 2 * theory.phi(lam, beta, n)
                     + theory.phi(lam - h, beta, n))
@@ -42,16 +44,53 @@ def test_lambda_c_is_inflection_of_phi():
     assert theory.lambda_c(np.array([1.0, 2.0]), 8).shape == (2,)
 
 
+def test_early_sign_follows_convexity_of_phi():
+    # Small spreads: Jensen's sign is the sign of phi'' at lambda_bar.
+    beta, n = 1.0, 8
+    lc = float(theory.lambda_c(beta, n))
+    spread = 0.05
+    for lam_bar, expected in [(0.5 * lc, -1.0), (2.0 * lc, 1.0)]:
+        lam = lam_bar * np.array([1 - spread, 1 + spread])
+        assert theory.early_sign(lam, beta, n) == expected
+    grid = theory.early_sign(np.ones((3, 4, 2)), np.ones((3, 4)), 8)
+    assert grid.shape == (3, 4) and np.all(grid == 0)
+
+
 def test_equiangular_rate_early_and_late():
     lam = np.array([0.5, 1.0, 1.5])
     beta, n = 2.0, 16
     assert theory.equiangular_rate(0.0, lam, beta, n) == pytest.approx(
-        theory.phi(lam, beta, n).sum(), rel=1e-14
-    )
+        theory.phi(lam, beta, n).sum(), rel=1e-14)
     # Near gamma = 1: dgamma/dt ~ 2 Lambda (1 - gamma).
     eps = 1e-9
     rate = theory.equiangular_rate(1 - eps, lam, beta, n)
     assert rate / eps == pytest.approx(theory.late_rate(lam), rel=1e-6)
+    # relu: no drive at gamma = 0; linear growth rate 2 beta sum lambda^2 / n near it.
+    assert theory.equiangular_rate(0.0, lam, beta, n, "relu") == 0.0
+    g = 1e-8
+    assert theory.equiangular_rate(g, lam, beta, n, "relu") / g == pytest.approx(
+        2 * beta * np.sum(lam**2) / n, rel=1e-6)
+    with pytest.raises(ValueError, match="usa"):
+        theory.equiangular_rate(0.1, lam, beta, n, "usa")
+
+
+@pytest.mark.parametrize("attention", ["softmax", "relu"])
+def test_equiangular_time_inverts_the_ode(attention):
+    # Independent route: integrate the ODE with DOP853 and stop at gamma1 (an event).
+    lam, beta, n, g0, g1 = np.array([0.7, 1.3]), 1.5, 12, 0.05, 0.5
+    event = lambda _t, g: g[0] - g1  # noqa: E731
+    event.terminal = True
+    sol = solve_ivp(lambda _t, g: theory.equiangular_rate(g, lam, beta, n, attention), (0, 1e4), [g0],
+                    method="DOP853", rtol=1e-13, atol=1e-15, events=event)
+    t_ref = sol.t_events[0][0]
+    # Both sides are converged to ~1e-12 relative.
+    assert theory.equiangular_time(g0, g1, lam, beta, n, attention) == pytest.approx(t_ref, rel=1e-9)
+
+
+def test_equiangular_time_broadcasts_and_relu_needs_a_start():
+    t = theory.equiangular_time(np.array([0.01, 0.1])[:, None], 0.5, [1.0], np.array([1.0, 2.0]), 8)
+    assert t.shape == (2, 2) and np.all(np.diff(t, axis=0) < 0)
+    assert np.isinf(theory.equiangular_time(0.0, 0.5, [1.0], 1.0, 8, "relu"))
 
 
 def test_solve_equiangular_converges_to_one():
@@ -59,3 +98,16 @@ def test_solve_equiangular_converges_to_one():
     g = theory.solve_equiangular(0.0, [1.0, 1.0], 1.0, 8, t)
     # Monotone while 1 - gamma is well above the solver's atol of 1e-14.
     assert g[0] == 0.0 and np.all(np.diff(g) > 0) and g[-1] > 1 - 1e-6
+
+
+@pytest.mark.parametrize("attention", ["softmax", "relu"])
+def test_initial_drive_bounds_the_time_to_one_half(attention):
+    # Thm 25's O(n) / O(n log d) are read off the drive at gamma0; the drive only grows
+    # up to gamma = 1/2 (relu needs n >= 3), so the linear time bounds the exact one.
+    from attnflow.experiments.clustering_time import initial_drive_bound
+
+    for n in (3, 8, 64):
+        for d in (16, 4096):
+            g0 = 1 / np.sqrt(d)
+            exact = theory.equiangular_time(g0, 0.5, [0.7, 1.3], 1.0, n, attention)
+            assert initial_drive_bound(attention, g0, 0.5, n, 1.0, [0.7, 1.3]) >= exact

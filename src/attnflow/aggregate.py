@@ -1,17 +1,29 @@
-"""Aggregation entry point: summary store per experiment, on a chosen dask scheduler."""
+"""Reduce an experiment's stores into one summary, in parallel with dask.
+
+Each store is one dask task: verified against its completion record, opened
+lazily (only the variables the reduction touches are read) and reduced by the
+experiment to a few quantities per cell. The tasks run on the chosen scheduler
+(threads, or a dask.distributed cluster); their results are stacked along the
+experiment's grid axes with an explicit outer join, so a missing cell is NaN,
+never dropped, and listed. A corrupt store stops the aggregation, named.
+(Building one lazy dask graph over every store's reduction was measured
+slower: 6.5 s of graph construction for 96 small stores against 1 s of work.)
+"""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import dask
+import numpy as np
+import xarray as xr
 
 from . import __version__
-from .summaries import cell_entries, summarise
-from .sweep import config_digest
+from .experiments import Experiment, Spec
+from .store import CorruptStore, open_verified, quarantine, verify
+from .store import write as write_store
 
 
 @contextlib.contextmanager
@@ -25,38 +37,87 @@ def dask_scheduler(name: str):
 
     if name == "distributed":
         with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                          dashboard_address=None) as cluster, \
-                Client(cluster):
+                          dashboard_address=None) as cluster, Client(cluster):
             yield
     else:
-        with Client(name):
+        with Client(name, timeout="10s"):
             yield
 
 
-def aggregate_experiment(config: dict, experiment: str, stores, output, scheduler="threads"):
-    """Summarise ``experiment``'s stores under ``stores`` into the zarr store ``output``."""
-    entries = cell_entries(config, experiment, stores)
+def _reduce_store(experiment: Experiment, coords: dict, path: str) -> xr.Dataset:
+    """One dask task: the reduced quantities of one cell, tagged with its grid coordinates.
+
+    A store whose bytes do not match its record is moved aside (so the next
+    run recomputes it) and stops the aggregation, named.
+    """
+    try:
+        ds = open_verified(path, chunks=None)  # lazily indexed numpy: one task per store
+    except CorruptStore as err:
+        aside = quarantine(path)
+        raise CorruptStore(f"{err}; moved to {aside.name}, the next `snakemake` recomputes it") from None
+    with ds:
+        piece = experiment.reduce(ds).load()
+    return piece.expand_dims("cell").assign_coords({a: ("cell", [v]) for a, v in coords.items()})
+
+
+def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, str]]) -> xr.Dataset:
+    """Reduce ``(grid coords, store path)`` pairs into one dataset over the grid axes.
+
+    Grid axes become dimensions; a cell whose store is missing is NaN in every
+    variable and listed in ``attrs['missing_cells']``; a corrupt store raises
+    ``CorruptStore`` naming it.
+    """
+    axes = list(entries[0][0]) if entries else []
+    states = {path: verify(path, checksums=False) for path in dict.fromkeys(p for _, p in entries)}
+    for path, state in states.items():
+        if state.status == "corrupt":
+            raise CorruptStore(f"{path}: corrupt ({state.detail}); the next `snakemake` recomputes it")
+    missing = sorted({path for _, path in entries if not states[path].ok})
+    tasks = [dask.delayed(_reduce_store)(experiment, coords, path)
+             for coords, path in entries if states[path].ok]
+    pieces = list(dask.compute(*tasks))
+    if not pieces:
+        raise FileNotFoundError(f"{experiment.name}: none of the {len(entries)} stores exists")
+    out = xr.concat(pieces, dim="cell", join="outer", fill_value=np.nan, coords="minimal",
+                    compat="override", combine_attrs="drop")
+    if len(axes) == 1:
+        out = out.swap_dims(cell=axes[0])
+    elif axes:
+        out = out.set_index(cell=axes).unstack("cell", fill_value=np.nan)
+    # Every grid value stays on its axis even when all of its cells are missing.
+    grid = {a: list(dict.fromkeys(coords[a] for coords, _ in entries)) for a in axes}
+    out = out.reindex(grid, fill_value=np.nan)
+    out = experiment.derive(experiment.with_axes(out, spec), spec)
+    out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing})
+    return out
+
+
+def aggregate(experiment: Experiment, spec: Spec, entries, output, *, scheduler: str = "threads",
+              provenance: dict | None = None, retire: Sequence[str] = ()) -> xr.Dataset:
+    """Summarise an experiment's stores into the zarr store ``output`` (written atomically).
+
+    ``retire``: files (the experiment's figures) removed first, so a failed
+    aggregation never leaves a figure that looks current.
+    """
+    for stale in retire:
+        Path(stale).unlink(missing_ok=True)
     with dask_scheduler(scheduler):
-        summary = summarise(experiment, entries)
+        summary = summarise(experiment, spec, entries)
     missing = summary.attrs.pop("missing_cells")
     if missing:
-        print(f"WARNING {experiment}: {len(missing)} cells have no store (NaN in the summary): "
+        print(f"WARNING {experiment.name}: {len(missing)} cells have no store (NaN in the summary): "
               + ", ".join(missing))
     summary.attrs.update({
         "n_missing_cells": len(missing),
         "missing_cells": ", ".join(missing),
-        "stores": ", ".join(str(p) for _, p in entries),
+        "stores": ", ".join(sorted({p for _, p in entries})),
         "attnflow_version": __version__,
-        "config_sha256": config_digest(config),
-        "experiment_config": json.dumps(
-            {"defaults": config.get("defaults", {}), **config["experiments"][experiment]},
-            sort_keys=True),
+        "experiment_spec": spec.to_json(),
+        **(provenance or {}),
     })
-    out = Path(output)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    summary.to_zarr(tmp, mode="w", consolidated=True, zarr_format=2)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    print(f"{experiment}: {len(entries)} cells, {len(missing)} missing -> {out}")
+    write_store(summary, output, chunks="auto", replace=True)
+    print(f"{experiment.name}: {len(entries)} grid points, {len(missing)} missing -> {output}")
     return summary
+
+
+__all__ = ["aggregate", "dask_scheduler", "summarise"]

@@ -1,4 +1,13 @@
-"""One grid cell of a sweep: an immutable, validated parameter object."""
+"""One grid cell of a sweep: an immutable, validated parameter object.
+
+Every field carries its description (``FIELD_DOCS``), from which the config
+schema and the docs are generated. Fields whose meaning depends on another
+choice (``spread`` only for ``lambda_dist: linear``, ``gamma0`` only for
+``init: equiangular``, ...) are reset to their default when that choice does not
+read them: the declarations in ``strengths``, ``heads`` and ``tokens`` say which
+fields each choice reads. Two cells that simulate the same thing are therefore
+equal, and share one store.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +16,30 @@ import math
 from collections.abc import Sequence
 from numbers import Integral, Real
 
-ATTENTIONS = ("softmax", "usa", "relu")
-HEAD_STRUCTURES = ("scalar", "block", "perturbed_block", "random")
-LAMBDA_DISTS = ("equal", "linear", "dirichlet")
-INITS = ("uniform", "orthogonal", "equiangular")
-GEOMETRIES = ("sphere", "flat")
-CLUSTER_METRICS = ("epsilon", "gamma_mean")
+from .attention import ATTENTIONS
+from .heads import HEADS
+from .observables import DEFAULT_GROUPS, GROUPS, canonical_groups
+from .strengths import STRENGTHS
+from .tokens import INITS
+
+GEOMETRIES = {"sphere": "tokens on the unit sphere: dx_i/dt = P_{x_i}(v_i)",
+              "flat": "flat space: dx_i/dt = v_i (only to contrast with the sphere)"}
+CLUSTER_METRICS = {"epsilon": "epsilon = 1 - gamma_min <= cluster_threshold (every pair within)",
+                   "gamma_mean": "mean pairwise cosine gamma_mean >= cluster_threshold"}
 
 # exp(beta * s) must stay finite for every observable (energies use it for all
 # attention types) and summed over n^2 pairs: exp(600) * 1e8 < float64 max.
 MAX_EXPONENT = 600.0
+# Below this, the error control asks for more than float64 can deliver.
+MIN_RTOL = 1e-14
 
 
-def _fail(field: str, value, why: str):
-    raise ValueError(f"Cell.{field} = {value!r}: {why}")
+def _doc(default, doc: str, choices=None):
+    return dataclasses.field(default=default, metadata={"doc": doc, "choices": choices})
+
+
+def _choices(registry_or_dict):
+    return tuple(registry_or_dict.names() if hasattr(registry_or_dict, "names") else registry_or_dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,99 +48,117 @@ class Cell:
 
     Every field is validated on construction; an invalid value or combination
     raises ``ValueError`` naming the field and the value. Conventions follow
-    MODEL.md. ``seeds`` is a count (seeds ``0..count-1``) or a list of
-    non-negative ints; after construction it is always a tuple of ints.
+    ``docs/model.md``. ``seeds`` is a count (seeds ``0..count-1``) or a list of
+    non-negative ints; after construction it is always a tuple of ints. Numbers
+    are normalised (``10`` and ``10.0`` are one value of a float field).
     """
 
-    H: int = 2
-    n: int = 8
-    d: int = 8
-    beta: float = 1.0
-    attention: str = "softmax"
-    heads: str = "scalar"
-    delta: float = 0.0
-    lambda_dist: str = "equal"
-    lambda_bar: float = 1.0
-    spread: float = 0.0
-    concentration: float = 1.0
-    init: str = "uniform"
-    gamma0: float = 0.0
-    geometry: str = "sphere"
-    seeds: int | Sequence[int] = 4
-    t_max: float = 10.0
-    n_samples: int = 101
-    rtol: float = 1e-6
-    atol: float = 1e-9
-    cluster_metric: str = "epsilon"
-    cluster_threshold: float = 1e-3
-    save_positions: bool = False
-    max_steps: int = 100_000
+    H: int = _doc(2, "number of heads")
+    n: int = _doc(8, "number of tokens (>= 2)")
+    d: int = _doc(8, "dimension of the token space")
+    beta: float = _doc(1.0, "inverse temperature (> 0; beta * max ||M_h|| <= 600)")
+    attention: str = _doc("softmax", "attention type", _choices(ATTENTIONS))
+    heads: str = _doc("scalar", "head structure (how M_h is built)", _choices(HEADS))
+    delta: float = _doc(0.0, "operator norm of the perturbation (perturbed_block heads only)")
+    lambda_dist: str = _doc("equal", "distribution of the head strengths lambda_h", _choices(STRENGTHS))
+    lambda_bar: float = _doc(1.0, "mean head strength; the total is Lambda = H lambda_bar")
+    spread: float = _doc(0.0, "spread s in [0, 1) of the linear distribution (linear only)")
+    concentration: float = _doc(1.0, "Dirichlet concentration (dirichlet only)")
+    init: str = _doc("uniform", "initial tokens", _choices(INITS))
+    gamma0: float = _doc(0.0, "initial common cosine (equiangular only)")
+    geometry: str = _doc("sphere", "sphere (projected flow) or flat dynamics", _choices(GEOMETRIES))
+    seeds: int | Sequence[int] = _doc(4, "seed count (seeds 0..count-1) or a list of distinct seeds; "
+                                      "a cell with no random input keeps its first seed only")
+    t_max: float = _doc(10.0, "integration horizon")
+    n_samples: int = _doc(101, "sample times, evenly spaced in [0, t_max] (>= 2)")
+    rtol: float = _doc(1e-6, f"relative tolerance of the integrator (>= {MIN_RTOL:g})")
+    atol: float = _doc(1e-9, "absolute tolerance of the integrator")
+    cluster_metric: str = _doc("epsilon", "clustering criterion", _choices(CLUSTER_METRICS))
+    cluster_threshold: float = _doc(1e-3, "threshold of the clustering criterion")
+    cluster_eps: float = _doc(1e-2, "cluster_count joins tokens with <x_i, x_j> >= 1 - cluster_eps "
+                              "(clusters observable only)")
+    stop_at_cluster: bool = _doc(False, "end each trajectory once its clustering criterion holds (later "
+                                 "samples are NaN): for experiments that only look up to T_eps")
+    observables: Sequence[str] = _doc(DEFAULT_GROUPS, "observable groups to record (cosines always)",
+                                      _choices(GROUPS))
+    max_steps: int = _doc(100_000, "step budget per trajectory (a stiff cell fails naming itself)")
 
     def __post_init__(self):
-        for name in ("H", "n", "d", "n_samples", "max_steps"):
-            _check_int(name, getattr(self, name), minimum=1)
-        if self.n < 2:
-            _fail("n", self.n, "need at least 2 tokens")
-        if self.n_samples < 2:
-            _fail("n_samples", self.n_samples, "need at least 2 samples (t = 0 and t_max)")
-        for name in ("beta", "lambda_bar", "concentration", "t_max", "rtol", "atol"):
-            _check_real(name, getattr(self, name), positive=True)
-        for name in ("delta", "spread", "gamma0", "cluster_threshold"):
-            _check_real(name, getattr(self, name), positive=False)
-        for name, allowed in (
-            ("attention", ATTENTIONS),
-            ("heads", HEAD_STRUCTURES),
-            ("lambda_dist", LAMBDA_DISTS),
-            ("init", INITS),
-            ("geometry", GEOMETRIES),
-            ("cluster_metric", CLUSTER_METRICS),
-        ):
-            value = getattr(self, name)
-            if value not in allowed:
-                _fail(name, value, f"must be one of {', '.join(allowed)}")
-        if not isinstance(self.save_positions, bool):
-            _fail("save_positions", self.save_positions, "must be true or false")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, bool):
+                _fail(f.name, value, "must be true or false")
+            if f.type == "int":
+                _check_int(f.name, value)
+            elif f.type == "float":
+                _check_real(f.name, value)
+            choices = f.metadata["choices"]
+            if f.type == "str" and choices is not None and value not in choices:
+                _fail(f.name, value, f"must be one of {', '.join(choices)}")
+        _normalise_numbers(self)
+        for name, minimum in (("H", 1), ("n", 2), ("d", 1), ("n_samples", 2), ("max_steps", 1)):
+            if getattr(self, name) < minimum:
+                _fail(name, getattr(self, name), f"must be >= {minimum}")
+        for name in ("beta", "lambda_bar", "concentration", "t_max", "atol"):
+            if getattr(self, name) <= 0:
+                _fail(name, getattr(self, name), "must be > 0")
         object.__setattr__(self, "seeds", _normalise_seeds(self.seeds))
+        object.__setattr__(self, "observables", _normalise_groups(self.observables))
+        self._canonicalise()
 
-        if self.heads in ("block", "perturbed_block") and self.d % self.H:
-            _fail("d", self.d, f"{self.heads} heads need d to be a multiple of H = {self.H}")
         if self.delta < 0:
             _fail("delta", self.delta, "the perturbation norm must be >= 0")
-        if self.heads != "perturbed_block" and self.delta != 0:
-            _fail("delta", self.delta, f"only perturbed_block heads take a delta, not {self.heads}")
         if not 0.0 <= self.spread < 1.0:
             _fail("spread", self.spread, "must lie in [0, 1) so every lambda_h stays positive")
-        if self.lambda_dist == "linear" and self.H == 1 and self.spread:
-            _fail("spread", self.spread, "a spread needs H >= 2")
-        if self.init in ("orthogonal", "equiangular") and self.d < self.n:
-            _fail("d", self.d, f"{self.init} tokens need d >= n = {self.n}")
-        if self.init == "equiangular" and not -1.0 / (self.n - 1) < self.gamma0 < 1.0:
-            _fail("gamma0", self.gamma0, f"the Gram matrix needs -1/(n-1) < gamma0 < 1 for n = {self.n}")
-        if self.rtol >= 1.0:
-            _fail("rtol", self.rtol, "must be < 1")
+        if not MIN_RTOL <= self.rtol < 1.0:
+            _fail("rtol", self.rtol, f"must lie in [{MIN_RTOL:g}, 1): float64 cannot resolve less")
         if self.cluster_metric == "epsilon" and not 0.0 < self.cluster_threshold < 2.0:
             _fail("cluster_threshold", self.cluster_threshold, "epsilon = 1 - gamma_min lies in (0, 2)")
         if self.cluster_metric == "gamma_mean" and not -1.0 < self.cluster_threshold < 1.0:
             _fail("cluster_threshold", self.cluster_threshold, "gamma_mean lies in (-1, 1)")
+        if not 0.0 < self.cluster_eps < 2.0:
+            _fail("cluster_eps", self.cluster_eps, "must lie in (0, 2)")
+        for declaration in (HEADS.get(self.heads), INITS.get(self.init)):
+            problem = declaration.check(self) if declaration.check else None
+            if problem:
+                field, why = problem
+                _fail(field, getattr(self, field), why)
         exponent = self.beta * self.max_score_norm
         if exponent > MAX_EXPONENT:
-            _fail(
-                "beta",
-                self.beta,
-                f"beta * max ||M_h|| = {exponent:.4g} exceeds {MAX_EXPONENT:g}: "
-                "exp(beta s) would overflow float64",
-            )
+            _fail("beta", self.beta, f"beta * max ||M_h|| = {exponent:.4g} exceeds {MAX_EXPONENT:g}: "
+                  "exp(beta s) would overflow float64")
+
+    def _canonicalise(self):
+        """Reset fields that the cell's choices do not read to their defaults.
+
+        A cell with no random input (no declaration draws from the seed) keeps
+        only its first seed: the others would be copies of it.
+        """
+        used = set(self.used_fields())
+        for name in CONDITIONAL_FIELDS - used:
+            object.__setattr__(self, name, _DEFAULTS[name])
+        if not self.is_random:
+            object.__setattr__(self, "seeds", self.seeds[:1])
+
+    @property
+    def is_random(self) -> bool:
+        """Whether any of the cell's choices draws from the seed's random streams."""
+        return any(declaration.seeded for declaration in
+                   (STRENGTHS.get(self.lambda_dist), HEADS.get(self.heads), INITS.get(self.init)))
+
+    def used_fields(self) -> tuple[str, ...]:
+        """The conditional fields this cell's choices read (see ``CONDITIONAL_FIELDS``)."""
+        used = (STRENGTHS.get(self.lambda_dist).uses + HEADS.get(self.heads).uses
+                + INITS.get(self.init).uses)
+        if "clusters" in self.observables:
+            used += ("cluster_eps",)
+        return used
 
     @property
     def max_score_norm(self) -> float:
         """Upper bound on ``||M_h||_op`` over heads and seeds for the cell's generators."""
-        if self.lambda_dist == "equal":
-            lam_max = self.lambda_bar
-        elif self.lambda_dist == "linear":
-            lam_max = self.lambda_bar * (1.0 + self.spread)
-        else:  # a Dirichlet draw can put the whole total on one head
-            lam_max = self.H * self.lambda_bar
-        return lam_max + self.delta
+        largest = STRENGTHS.get(self.lambda_dist).largest(self)
+        return HEADS.get(self.heads).norm_bound(self, largest)
 
     @property
     def n_seeds(self) -> int:
@@ -132,24 +169,34 @@ class Cell:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """Plain, JSON-serialisable fields (seeds as a list)."""
-        out = dataclasses.asdict(self)
+        """Plain, JSON-serialisable fields (seeds and observables as lists)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["seeds"] = list(self.seeds)
+        out["observables"] = list(self.observables)
         return out
 
 
-def _check_int(name, value, minimum):
+FIELD_DOCS = {f.name: f.metadata["doc"] for f in dataclasses.fields(Cell)}
+FIELD_CHOICES = {f.name: f.metadata["choices"] for f in dataclasses.fields(Cell) if f.metadata["choices"]}
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Cell)}
+# Fields read only under some choices: the union of what the declarations say they read.
+CONDITIONAL_FIELDS = frozenset(
+    {u for registry in (STRENGTHS, HEADS, INITS) for item in registry for u in item.uses} | {"cluster_eps"}
+)
+
+
+def _fail(field: str, value, why: str):
+    raise ValueError(f"Cell.{field} = {value!r}: {why}")
+
+
+def _check_int(name, value):
     if isinstance(value, bool) or not isinstance(value, Integral):
         _fail(name, value, "must be an integer")
-    if value < minimum:
-        _fail(name, value, f"must be >= {minimum}")
 
 
-def _check_real(name, value, positive):
+def _check_real(name, value):
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        _fail(name, value, "must be a finite number")
-    if positive and value <= 0:
-        _fail(name, value, "must be > 0")
+        _fail(name, value, "must be a finite real number")
 
 
 def _normalise_seeds(seeds) -> tuple[int, ...]:
@@ -169,3 +216,23 @@ def _normalise_seeds(seeds) -> tuple[int, ...]:
     if len(set(out)) != len(out):
         _fail("seeds", seeds, "seeds must be distinct")
     return tuple(out)
+
+
+def _normalise_groups(groups) -> tuple[str, ...]:
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+        _fail("observables", groups, f"must be a list of groups ({', '.join(GROUPS.names())})")
+    try:
+        return canonical_groups(groups)
+    except ValueError as err:
+        _fail("observables", list(groups), str(err))
+
+
+def _normalise_numbers(cell: Cell) -> None:
+    """Store float fields as float and int fields as int, so equal values hash equally."""
+    for f in dataclasses.fields(cell):
+        value = getattr(cell, f.name)
+        if f.type == "float":
+            object.__setattr__(cell, f.name, float(value))
+        elif f.type == "int":
+            object.__setattr__(cell, f.name, int(value))
+

@@ -1,4 +1,4 @@
-"""``attnflow`` command line: the state of a sweep."""
+"""``attnflow`` command line: the state of a sweep, the config schema, the generated docs."""
 
 from __future__ import annotations
 
@@ -7,64 +7,98 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
-from .sweep import ConfigError, cell_id, experiment_cells, failure_path, store_path
+STATES = ("done", "missing", "failed", "corrupt", "interrupted")
 
 
-def sweep_status(config: dict) -> dict[str, dict]:
-    """Per experiment: cell ids that are done, missing, failed (with the error) or interrupted."""
-    root = Path(config.get("results", "results")) / "simulations"
+def sweep_status(sweep) -> dict[str, dict]:
+    """Per experiment: its cells by state, each checked against its completion record (checksums)."""
+    from .store import verify
+    from .sweep import cell_id, failure_path, store_path
+
     report = {}
-    for name in config.get("experiments", {}):
-        done, missing, failed, partial = [], [], {}, []
-        for _, cell in experiment_cells(config, name):
-            path = store_path(root, cell)
-            if path.exists():
-                done.append(cell_id(cell))
-                continue
-            record = failure_path(root, cell)
-            if record.exists():
-                failed[cell_id(cell)] = json.loads(record.read_text())["error"]
+    for name, points in sweep.points.items():
+        states = {state: {} for state in STATES}
+        for point in dict((cell_id(p.cell), p) for p in points).values():
+            cid = cell_id(point.cell)
+            state = verify(store_path(sweep.stores, point.cell))
+            if state.status == "missing" and failure_path(sweep.stores, point.cell).exists():
+                error = json.loads(failure_path(sweep.stores, point.cell).read_text())["error"]
+                states["failed"][cid] = error
             else:
-                missing.append(cell_id(cell))
-            if path.with_name(path.name + ".partial").exists():
-                partial.append(cell_id(cell))
-        report[name] = {"done": done, "missing": missing, "failed": failed, "partial": partial}
+                states[state.status][cid] = state.detail
+        report[name] = states
     return report
 
 
 def _status(args) -> int:
-    config = yaml.safe_load(Path(args.configfile).read_text())
-    if args.results:
-        config["results"] = args.results
+    from .config import load, validate
+    from .experiments import ConfigError
+
     try:
-        report = sweep_status(config)
+        config = load(args.configfile)
+        if args.results:
+            config["results"] = args.results
+        sweep = validate(config, reach_scheduler=False)
     except ConfigError as err:
-        print(f"invalid config: {err}", file=sys.stderr)
+        print(f"attnflow status: {err}", file=sys.stderr)
         return 2
+    report = sweep_status(sweep)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print(f"{'experiment':18} {'cells':>6} {'done':>6} {'missing':>8} {'failed':>7} {'interrupted':>12}")
-    for name, r in report.items():
-        total = len(r["done"]) + len(r["missing"]) + len(r["failed"])
-        print(f"{name:18} {total:6d} {len(r['done']):6d} {len(r['missing']):8d} "
-              f"{len(r['failed']):7d} {len(r['partial']):12d}")
-    for name, r in report.items():
-        for cid, error in r["failed"].items():
+    print(f"{'experiment':24} {'cells':>6}" + "".join(f" {s:>11}" for s in STATES))
+    for name, states in report.items():
+        total = sum(len(v) for v in states.values())
+        print(f"{name:24} {total:6d}" + "".join(f" {len(states[s]):11d}" for s in STATES))
+    for name, states in report.items():
+        for cid, error in states["failed"].items():
             print(f"failed {name}/{cid}: {error}")
+        for cid, detail in states["corrupt"].items():
+            print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+    return 0
+
+
+def _schema(args) -> int:
+    import yaml
+
+    from .config import schema
+
+    text = yaml.safe_dump(schema(), sort_keys=False, width=100)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _docs(args) -> int:
+    from .docs import config_markdown, experiments_markdown
+
+    pages = {"experiments.md": experiments_markdown(), "config.md": config_markdown()}
+    if args.output:
+        Path(args.output).mkdir(parents=True, exist_ok=True)
+        for name, text in pages.items():
+            (Path(args.output) / name).write_text(text)
+    else:
+        sys.stdout.write("\n".join(pages.values()))
     return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attnflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    status = sub.add_parser("status", help="cells done, missing and failed for a sweep config")
+    status = sub.add_parser("status", help="cells done, missing, failed, corrupt and interrupted")
     status.add_argument("--configfile", default="config/config.yaml")
     status.add_argument("--results", help="override the config's results directory")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_status)
+    schema = sub.add_parser("schema", help="the config's JSON schema (YAML), generated from Cell and the "
+                                           "experiments")
+    schema.add_argument("--output", help="write to this file instead of stdout")
+    schema.set_defaults(func=_schema)
+    docs = sub.add_parser("docs", help="docs/experiments.md and docs/config.md, generated from the code")
+    docs.add_argument("--output", help="write both pages into this directory instead of stdout")
+    docs.set_defaults(func=_docs)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,187 +1,82 @@
-"""Observables of MODEL.md, computed exactly from positions at the sample times.
+"""Observables of MODEL.md: what a simulation can record, grouped by what computing them costs.
 
-All functions work on a leading batch of configurations ``(..., n, d)``; heads
-come as ``(..., H, d, d)`` arrays broadcast against it.
+Each group is one declaration; a cell's ``observables`` field names the groups
+its experiment needs, and the compiled engine computes only those
+(``engine/measure.py``). ``cosines`` is always recorded: the clustering
+criterion reads it. Groups marked ``needs_velocity`` evaluate the attention
+field at every sample (about one right-hand side each); the others only read
+the positions.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
 
-# Largest batch of (config, head, i, j) score entries held at once.
-_CHUNK_ENTRIES = 2_000_000
-
-
-def head_quantities(x, scores, values_t, beta, attention):
-    """Scores, head outputs and the pieces every observable needs.
-
-    Parameters
-    ----------
-    x : (..., n, d)
-    scores, values_t : (..., H, d, d) ``M_h`` and ``V_h^T``
-    attention : 'softmax' | 'usa' | 'relu'
-
-    Returns
-    -------
-    dict with ``s`` (..., H, n, n) raw scores, ``y`` (..., H, n, d) rows ``M_h x_j``,
-    ``f`` (..., H, n, d) head outputs ``f^h_i``, ``v`` (..., n, d) the velocity
-    before projection.
-    """
-    n = x.shape[-2]
-    xh = x[..., None, :, :]
-    y = xh @ scores
-    s = y @ np.swapaxes(xh, -1, -2)
-    z = y if values_t is scores else xh @ values_t
-    if attention == "softmax":
-        w = np.exp(beta * (s - s.max(axis=-1, keepdims=True)))
-        w /= w.sum(axis=-1, keepdims=True)
-    elif attention == "usa":
-        w = np.exp(beta * s)
-    elif attention == "relu":
-        w = np.maximum(beta * s, 0.0) / n
-    else:
-        raise ValueError(f"attention = {attention!r}: must be one of softmax, usa, relu")
-    f = w @ z
-    v = f.sum(axis=-3)
-    if attention == "usa":
-        v = v / n
-    return {"s": s, "y": y, "f": f, "v": v}
+from .registry import Registry
 
 
-def tangent(x, u):
-    """``P_x(u) = u - <u, x> x`` row by row."""
-    return u - np.sum(u * x, axis=-1, keepdims=True) * x
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    name: str
+    dims: tuple[str, ...]  # after ("seed", "time")
+    units: str
+    description: str
+    dtype: str = "float64"
 
 
-def entropy(s, beta):
-    """Attention entropy of ``p = softmax_j(beta s_ij)``, via log-sum-exp (no overflow)."""
-    z = beta * s
-    zmax = z.max(axis=-1, keepdims=True)
-    e = np.exp(z - zmax)
-    total = e.sum(axis=-1, keepdims=True)
-    p = e / total
-    log_norm = (zmax + np.log(total))[..., 0]
-    return log_norm - np.sum(p * z, axis=-1)
+@dataclasses.dataclass(frozen=True)
+class ObservableGroup:
+    name: str
+    variables: tuple[Variable, ...]
+    needs_velocity: bool
+    description: str
 
 
-def _max_over_other_heads(a):
-    """For each head h, ``max_{h' != h} a[..., h', :]`` along axis -2 (0 when H = 1)."""
-    H = a.shape[-2]
-    if H == 1:
-        return np.zeros_like(a)
-    order = np.argsort(a, axis=-2)
-    top = np.take_along_axis(a, order[..., -1:, :], axis=-2)
-    second = np.take_along_axis(a, order[..., -2:-1, :], axis=-2)
-    is_top = np.arange(H)[:, None] == order[..., -1:, :]
-    return np.where(is_top, second, top)
+GROUPS: Registry[ObservableGroup] = Registry("observables", [
+    ObservableGroup("cosines", (
+        Variable("gamma_mean", (), "1", "mean pairwise cosine <x_i, x_j>, i < j"),
+        Variable("gamma_min", (), "1", "minimum pairwise cosine <x_i, x_j>, i < j"),
+    ), False, "pairwise cosines (always recorded; the clustering criterion reads them)"),
+    ObservableGroup("clusters", (
+        Variable("cluster_count", (), "1",
+                 "connected components of the graph with an edge where <x_i, x_j> >= 1 - cluster_eps",
+                 "int32"),
+    ), False, "number of clusters (metastable multi-cluster states show as plateaus)"),
+    ObservableGroup("velocity", (
+        Variable("kinetic", (), "1/time^2", "(1/n) sum_i ||dx_i/dt||^2"),
+        Variable("gamma_mean_rate", (), "1/time", "exact d gamma_mean / dt from the velocities"),
+    ), True, "kinetic term and the exact rate of the mean cosine"),
+    ObservableGroup("energy", (
+        Variable("energy", ("head",), "1", "per-head energy E_h = sum_ij exp(beta s^h_ij) / (2 beta n^2)"),
+        Variable("energy_rate", ("head",), "1/time", "exact dE_h/dt = (1/n^2) sum_i <dx_i/dt, g^h_i>"),
+    ), True, "per-head energies and their exact rates (Thm 11, 16-17, 39)"),
+    ObservableGroup("radial", (
+        Variable("radial_shadow", ("head", "token"), "1", "a^h_i = <f^h_i, x_i>"),
+        Variable("tangential_power", ("head", "token"), "1", "T^h_i = ||P_{x_i} f^h_i||^2"),
+        Variable("rd_margin", ("head", "token"), "1",
+                 "Radial Dominance margin T^h_i - a^h_i sum_{h'!=h} a^h'_i (>= 0: Condition 8 holds)"),
+        Variable("rd_margin_sufficient", ("head", "token"), "1",
+                 "sufficient margin T^h_i - (H-1) |a^h_i| max_{h'!=h} ||f^h'_i|| (Thm 19)"),
+    ), True, "radial shadows and Radial Dominance margins (Thm 16-19)"),
+    ObservableGroup("entropy", (
+        Variable("entropy", ("head", "token"), "nat", "attention entropy of softmax_j(beta s^h_ij)"),
+        Variable("entropy_rate", ("head", "token"), "nat/time",
+                 "Thm 27: -beta^2 Cov_p(s_ij, ds_ij/dt), exact"),
+    ), True, "attention entropy and its exact rate (Thm 27)"),
+    ObservableGroup("positions", (
+        Variable("x", ("token", "dim"), "1", "token positions"),
+    ), False, "the token positions themselves"),
+])
+
+DEFAULT_GROUPS = ("cosines", "clusters", "velocity", "energy", "radial", "entropy")
 
 
-def pair_cosines(x, xdot):
-    """Mean and minimum of ``<x_i, x_j>`` over pairs ``i < j``, and the exact rate of the mean."""
-    n = x.shape[-2]
-    gram = x @ np.swapaxes(x, -1, -2)
-    cross = xdot @ np.swapaxes(x, -1, -2)
-    iu = np.triu_indices(n, k=1)
-    pairs = gram[..., iu[0], iu[1]]
-    rates = cross[..., iu[0], iu[1]] + cross[..., iu[1], iu[0]]
-    return pairs.mean(axis=-1), pairs.min(axis=-1), rates.mean(axis=-1)
+def canonical_groups(names) -> tuple[str, ...]:
+    """Known group names in declaration order, ``cosines`` included; ``ValueError`` for an unknown one."""
+    wanted = {GROUPS.get(name).name for name in names} | {"cosines"}
+    return tuple(g for g in GROUPS.names() if g in wanted)
 
 
-def entropy_rate(s, y, xdot, beta):
-    """Thm 27: ``dH_i/dt = -beta^2 Cov_p(s_ij, ds_ij/dt)``, ``p = softmax_j(beta s_ij)``.
-
-    With symmetric ``M_h`` and rows ``y_j = M_h x_j``: ``ds_ij/dt = <xdot_i, y_j> + <y_i, xdot_j>``.
-    """
-    xd = xdot[..., None, :, :]
-    sdot = xd @ np.swapaxes(y, -1, -2) + y @ np.swapaxes(xd, -1, -2)
-    z = beta * s
-    p = np.exp(z - z.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
-    mean_s = np.sum(p * s, axis=-1, keepdims=True)
-    return -(beta**2) * np.sum(p * (s - mean_s) * sdot, axis=-1)
-
-
-def observables(x, scores, values_t, beta, attention, spherical):
-    """Every per-sample observable for configurations ``x`` (..., n, d).
-
-    Returns a dict of arrays; per-head quantities have a head axis at -2
-    (per-token) or -1 (per-configuration).
-    """
-    n = x.shape[-2]
-    q = head_quantities(x, scores, values_t, beta, attention)
-    s, y, f = q["s"], q["y"], q["f"]
-    xdot = tangent(x, q["v"]) if spherical else q["v"]
-    xh = x[..., None, :, :]
-
-    boltzmann = np.exp(beta * s)
-    energy = boltzmann.sum(axis=(-1, -2)) / (2.0 * beta * n * n)
-    g = boltzmann @ y  # g^h_i = sum_j exp(beta s_ij) M_h x_j
-    energy_rate = np.sum(xdot[..., None, :, :] * g, axis=(-1, -2)) / (n * n)
-
-    radial = np.sum(f * xh, axis=-1)  # a^h_i
-    tangential = np.sum((f - radial[..., None] * xh) ** 2, axis=-1)  # T^h_i
-    H = f.shape[-3]
-    others_radial = radial.sum(axis=-2, keepdims=True) - radial
-    rd_margin = tangential - radial * others_radial
-    f_norm = np.linalg.norm(f, axis=-1)
-    rd_margin_sufficient = tangential - (H - 1) * np.abs(radial) * _max_over_other_heads(f_norm)
-
-    gamma_mean, gamma_min, gamma_mean_rate = pair_cosines(x, xdot)
-    return {
-        "energy": energy,
-        "energy_rate": energy_rate,
-        "kinetic": np.mean(np.sum(xdot * xdot, axis=-1), axis=-1),
-        "radial_shadow": radial,
-        "tangential_power": tangential,
-        "rd_margin": rd_margin,
-        "rd_margin_sufficient": rd_margin_sufficient,
-        "entropy": entropy(s, beta),
-        "entropy_rate": entropy_rate(s, y, xdot, beta),
-        "gamma_mean": gamma_mean,
-        "gamma_mean_rate": gamma_mean_rate,
-        "gamma_min": gamma_min,
-    }
-
-
-def trajectory_observables(xs, scores, values_t, beta, attention, spherical):
-    """``observables`` over trajectories ``xs`` (B, T, n, d), in time chunks to bound memory.
-
-    ``scores``/``values_t`` are per trajectory, shape (B, H, d, d).
-    """
-    n_batch, n_time, n, _ = xs.shape
-    H = scores.shape[1]
-    step = max(1, _CHUNK_ENTRIES // max(1, n_batch * H * n * n))
-    pieces = []
-    for start in range(0, n_time, step):
-        chunk = xs[:, start : start + step]
-        sc = scores[:, None]
-        vt = sc if values_t is scores else values_t[:, None]
-        pieces.append(observables(chunk, sc, vt, beta, attention, spherical))
-    return {k: np.concatenate([p[k] for p in pieces], axis=1) for k in pieces[0]}
-
-
-def first_crossing(times, metric, threshold, below):
-    """First time ``metric`` reaches ``threshold``, by linear interpolation between samples.
-
-    Parameters
-    ----------
-    metric : (B, T)
-    below : bool, the criterion is ``metric <= threshold`` (else ``>=``)
-
-    Returns
-    -------
-    t_hit : (B,) float, NaN where never reached (censored)
-    censored : (B,) bool
-    """
-    hit = metric <= threshold if below else metric >= threshold
-    censored = ~hit.any(axis=1)
-    k = np.argmax(hit, axis=1)
-    t_hit = np.full(metric.shape[0], np.nan)
-    for b in np.flatnonzero(~censored):
-        if k[b] == 0:
-            t_hit[b] = times[0]
-            continue
-        m0, m1 = metric[b, k[b] - 1], metric[b, k[b]]
-        frac = (threshold - m0) / (m1 - m0) if m1 != m0 else 1.0
-        t_hit[b] = times[k[b] - 1] + frac * (times[k[b]] - times[k[b] - 1])
-    return t_hit, censored
+def variables(groups) -> tuple[Variable, ...]:
+    """The stored per-sample variables of ``groups``."""
+    return tuple(v for g in canonical_groups(groups) for v in GROUPS.get(g).variables)

@@ -4,70 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
-from threadpoolctl import threadpool_limits
 
-from . import __version__, generators
+from . import __version__
 from .cell import MAX_EXPONENT, Cell
-from .integrate import BatchedField, IntegrationError, integrate
-from .kernels import ATTENTION_CODES, Workspace, normalise_rows_inplace, velocity
-from .observables import first_crossing, trajectory_observables
+from .engine import IntegrationError, solve
+from .heads import build_heads
+from .observables import variables
+from .tokens import initial_tokens
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
 _SPHERE_TOLERANCE = 1e-8
 _SYMMETRY_TOLERANCE = 1e-12
+# Largest | ||x_i|| - 1 | accepted on the sphere: the retraction keeps it at round-off.
+_MAX_SPHERE_DRIFT = 1e-10
 
 
 class SimulationError(RuntimeError):
     """A cell's simulation produced no trustworthy result; the message names the cell."""
-
-
-class AttentionField(BatchedField):
-    """The attention flow of MODEL.md for a batch of trajectories (compiled kernel)."""
-
-    def __init__(self, scores, values_t, beta, attention, spherical):
-        self.scores = np.ascontiguousarray(scores)
-        self.shared_values = values_t is None
-        self.values_t = self.scores if values_t is None else np.ascontiguousarray(values_t)
-        self.beta = float(beta)
-        self.attention = ATTENTION_CODES[attention]
-        self.spherical = bool(spherical)
-        self.workspace = Workspace()
-
-    def __call__(self, y):
-        out = np.empty_like(y)
-        return velocity(
-            np.ascontiguousarray(y), self.scores, self.values_t, self.shared_values,
-            self.beta, self.attention, self.spherical, out, self.workspace,
-        )
-
-    def restrict(self, indices):
-        self.scores = np.ascontiguousarray(self.scores[indices])
-        self.values_t = (
-            self.scores if self.shared_values else np.ascontiguousarray(self.values_t[indices])
-        )
-
-
-_VARIABLES = {
-    "energy": (("head",), "1", "per-head energy E_h = sum_ij exp(beta s^h_ij) / (2 beta n^2)"),
-    "energy_rate": (("head",), "1/time", "exact dE_h/dt = (1/n^2) sum_i <dx_i/dt, g^h_i>"),
-    "kinetic": ((), "1/time^2", "(1/n) sum_i ||dx_i/dt||^2"),
-    "radial_shadow": (("head", "token"), "1", "a^h_i = <f^h_i, x_i>"),
-    "tangential_power": (("head", "token"), "1", "T^h_i = ||P_{x_i} f^h_i||^2"),
-    "rd_margin": (
-        ("head", "token"), "1", "Radial Dominance margin T^h_i - a^h_i sum_{h'!=h} a^h'_i",
-    ),
-    "rd_margin_sufficient": (
-        ("head", "token"), "1",
-        "sufficient margin T^h_i - (H-1) |a^h_i| max_{h'!=h} ||f^h'_i||",
-    ),
-    "entropy": (("head", "token"), "nat", "attention entropy of softmax_j(beta s^h_ij)"),
-    "entropy_rate": (
-        ("head", "token"), "nat/time", "Thm 27: -beta^2 Cov_p(s_ij, ds_ij/dt), exact",
-    ),
-    "gamma_mean": ((), "1", "mean pairwise cosine <x_i, x_j>, i < j"),
-    "gamma_mean_rate": ((), "1/time", "exact d gamma_mean / dt from the velocities"),
-    "gamma_min": ((), "1", "minimum pairwise cosine <x_i, x_j>, i < j"),
-}
 
 
 def simulate(
@@ -77,12 +30,13 @@ def simulate(
     score_matrices: np.ndarray | None = None,
     value_matrices: np.ndarray | None = None,
 ) -> xr.Dataset:
-    """Integrate all seeds of ``cell`` as one batch and measure every observable.
+    """Integrate all seeds of ``cell`` as one batch and record its observable groups.
 
     Parameters
     ----------
     cell : Cell
-        The grid cell; its generators give tokens and heads per seed.
+        The grid cell; its declarations give tokens and heads per seed, and
+        ``cell.observables`` the groups to record (``attnflow.observables``).
     x0 : ndarray, optional
         Initial tokens, ``(n, d)`` (shared by all seeds) or ``(seeds, n, d)``,
         replacing the cell's ``init``. On the sphere each row must have unit
@@ -96,94 +50,108 @@ def simulate(
     -------
     xarray.Dataset
         Dims ``seed, time, head, token`` (and ``dim``, ``dim_col``); the
-        observables of MODEL.md with ``units`` and ``description`` attrs; per
-        seed ``t_cluster``, ``censored``, ``norm_drift`` and solver counts.
-        The dataset attrs hold every cell field and the package version.
+        recorded observables with ``units`` and ``description`` attrs; per seed
+        ``t_cluster`` (the first time the clustering criterion holds, located
+        on the integrator's dense output), ``censored``, ``norm_drift`` and the
+        solver's step counts. The attrs hold every cell field and the package
+        version.
     """
     if not isinstance(cell, Cell):
         raise TypeError(f"simulate expects a Cell, got {type(cell).__name__}")
     n_seeds, n, d, H = cell.n_seeds, cell.n, cell.d, cell.H
     spherical = cell.geometry == "sphere"
 
-    lambdas = np.stack([generators.head_strengths(cell, s) for s in cell.seeds])
+    values = None
     if score_matrices is None:
-        scores = np.stack([generators.score_matrices(cell, lam, s)
-                           for lam, s in zip(lambdas, cell.seeds, strict=True)])
+        heads = [build_heads(cell, s) for s in cell.seeds]
+        lambdas = np.stack([h.strengths for h in heads])
+        form = next(k for k in ("diagonal", "factors", "scores") if getattr(heads[0], k) is not None)
+        if form == "factors":
+            given = {"factors": tuple(np.stack([h.factors[k] for h in heads]) for k in (0, 1))}
+        else:
+            given = {form: np.stack([getattr(h, form) for h in heads])}
+        if heads[0].values is not None:
+            values = np.stack([h.values for h in heads])
     else:
         scores = np.broadcast_to(_check_scores(cell, score_matrices), (n_seeds, H, d, d)).copy()
         lambdas = np.linalg.norm(scores, ord=2, axis=(-2, -1))
-    values_t = None
+        given = {"scores": scores}
     if value_matrices is not None:
-        values = _check_matrices("value_matrices", value_matrices, (H, d, d))
-        values_t = np.broadcast_to(np.swapaxes(values, -1, -2), (n_seeds, H, d, d)).copy()
+        values = np.broadcast_to(_check_matrices("value_matrices", value_matrices, (H, d, d)),
+                                 (n_seeds, H, d, d)).copy()
     if x0 is None:
-        x_init = np.stack([generators.initial_tokens(cell, s) for s in cell.seeds])
+        x_init = np.stack([initial_tokens(cell, s) for s in cell.seeds])
     else:
         x_init = _check_x0(cell, x0)
 
     times = np.linspace(0.0, cell.t_max, cell.n_samples)
-    field = AttentionField(scores, values_t, cell.beta, cell.attention, spherical)
-    with threadpool_limits(limits=1):
-        try:
-            xs, stats = integrate(
-                field, x_init, times, rtol=cell.rtol, atol=cell.atol,
-                max_steps=cell.max_steps, unit_rows=spherical,
-            )
-        except IntegrationError as err:
-            raise SimulationError(f"{describe(cell)}: {err}") from err
-        obs = trajectory_observables(
-            xs, scores, scores if values_t is None else values_t, cell.beta,
-            cell.attention, spherical,
+    try:
+        result = solve(
+            x_init, **given, attention=cell.attention, beta=cell.beta, spherical=spherical, t_eval=times,
+            rtol=cell.rtol, atol=cell.atol, max_steps=cell.max_steps, values=values,
+            groups=cell.observables, cluster_metric=cell.cluster_metric,
+            cluster_threshold=cell.cluster_threshold, cluster_eps=cell.cluster_eps,
+            stop_at_cluster=cell.stop_at_cluster,
         )
-    # Largest | ||x_i|| - 1 | per seed: stored, and checked on the sphere.
-    norm_drift = np.max(np.abs(np.linalg.norm(xs, axis=-1) - 1.0), axis=(1, 2))
-    _check_finite(cell, xs, obs, norm_drift if spherical else None)
-
-    if cell.cluster_metric == "epsilon":
-        t_cluster, censored = first_crossing(times, 1.0 - obs["gamma_min"], cell.cluster_threshold, True)
-    else:
-        t_cluster, censored = first_crossing(times, obs["gamma_mean"], cell.cluster_threshold, False)
+    except IntegrationError as err:
+        raise SimulationError(f"{describe(cell)}: {err}") from err
+    obs = result.observables
+    measured = times[None, :] <= result.t_stop[:, None]  # (seed, time): samples the run reached
+    _check_finite(cell, obs, measured, result.norm_drift if spherical else None)
 
     data_vars = {}
-    for name, (extra, units, description) in _VARIABLES.items():
-        data_vars[name] = (("seed", "time") + extra, obs[name], {"units": units, "description": description})
-    data_vars["t_cluster"] = ("seed", t_cluster, {
+    for var in variables(cell.observables):
+        data_vars[var.name] = (("seed", "time") + var.dims, obs[var.name],
+                               {"units": var.units, "description": var.description})
+    criterion = f"{cell.cluster_metric} {'<=' if cell.cluster_metric == 'epsilon' else '>='} " \
+                f"{cell.cluster_threshold:g}"
+    data_vars["t_cluster"] = ("seed", result.t_cluster, {
         "units": "time",
-        "description": f"first time {cell.cluster_metric} crosses {cell.cluster_threshold:g} "
-        "(linear interpolation between samples); NaN when censored",
+        "description": f"first time {criterion} holds, located by bisection on the integrator's "
+                       "dense output; NaN when censored",
     })
-    data_vars["censored"] = ("seed", censored, {
-        "units": "1", "description": "the clustering criterion was not met by t_max",
+    data_vars["censored"] = ("seed", np.isnan(result.t_cluster), {
+        "units": "1", "description": f"{criterion} never held up to t_max",
     })
-    data_vars["norm_drift"] = ("seed", norm_drift, {
+    if cell.stop_at_cluster:
+        data_vars["t_stop"] = ("seed", result.t_stop, {
+            "units": "time", "description": "where the run stopped (t_cluster, or t_max if censored); "
+                                            "samples after it are NaN"})
+    data_vars["norm_drift"] = ("seed", result.norm_drift, {
         "units": "1", "description": "max_t,i | ||x_i|| - 1 | over the samples",
     })
-    data_vars["n_steps"] = ("seed", stats.n_steps, {"units": "1", "description": "accepted steps"})
-    data_vars["n_rejected"] = ("seed", stats.n_rejected, {"units": "1", "description": "rejected steps"})
+    data_vars["n_steps"] = ("seed", result.n_steps, {"units": "1", "description": "accepted steps"})
+    data_vars["n_rejected"] = ("seed", result.n_rejected, {"units": "1", "description": "rejected steps"})
     data_vars["lam"] = (("seed", "head"), lambdas, {
         "units": "1", "description": "head strength lambda_h (operator norm for explicit heads)",
     })
-    data_vars["score_matrix"] = (("seed", "head", "dim", "dim_col"), scores, {
-        "units": "1", "description": "score matrix M_h used",
-    })
-    if values_t is not None:
-        data_vars["value_matrix"] = (("seed", "head", "dim", "dim_col"),
-                                     np.swapaxes(values_t, -1, -2),
+    if "scores" in given:
+        data_vars["score_matrix"] = (("seed", "head", "dim", "dim_col"), given["scores"], {
+            "units": "1", "description": "score matrix M_h used"})
+    elif "diagonal" in given:
+        data_vars["score_diagonal"] = (("seed", "head", "dim"), given["diagonal"], {
+            "units": "1", "description": "diagonal of the (diagonal) score matrix M_h used"})
+    else:
+        u, e = given["factors"]
+        data_vars["score_factor"] = (("seed", "head", "dim", "rank"), u, {
+            "units": "1", "description": "U_h of M_h = U_h diag(e_h) U_h^T"})
+        data_vars["score_eigenvalue"] = (("seed", "head", "rank"), e, {
+            "units": "1", "description": "e_h of M_h = U_h diag(e_h) U_h^T"})
+    if values is not None:
+        data_vars["value_matrix"] = (("seed", "head", "dim", "dim_col"), values,
                                      {"units": "1", "description": "value matrix V_h used"})
-    if cell.save_positions:
-        data_vars["x"] = (("seed", "time", "token", "dim"), xs, {
-            "units": "1", "description": "token positions",
-        })
 
     attrs = {f"cell_{k}": v for k, v in cell.to_dict().items()}
     attrs.update({
         "attnflow_version": __version__,
         "x0_source": "cell" if x0 is None else "explicit",
         "heads_source": "cell" if score_matrices is None else "explicit",
-        "values_source": "scores" if value_matrices is None else "explicit",
-        "solver": "batched Dormand-Prince 5(4), per-trajectory error control, retraction",
-        "solver_rhs_calls": int(stats.n_rhs_calls),
-        "solver_max_retraction": float(stats.max_retraction),
+        "values_source": "explicit" if value_matrices is not None else (
+            "heads" if values is not None else "scores"),
+        "solver": "Dormand-Prince 5(4), per-trajectory error control, retraction onto the sphere",
+        "solver_heads_form": result.form,
+        "solver_rhs_calls": int(result.n_rhs_calls.sum()),
+        "solver_max_retraction": float(result.max_retraction.max()),
     })
     coords = {
         "seed": np.array(cell.seeds, dtype=np.int64),
@@ -200,12 +168,22 @@ def describe(cell: Cell) -> str:
     return "cell(" + ", ".join(f"{k}={getattr(cell, k)!r}" for k in keys) + f", seeds={list(cell.seeds)})"
 
 
-def _check_matrices(name, a, shape):
-    a = np.asarray(a, dtype=float)
-    if a.shape != shape:
-        raise ValueError(f"{name}: shape {a.shape} does not match (H, d, d) = {shape}")
+def _as_real(name, a):
+    a = np.asarray(a)
+    if np.iscomplexobj(a):
+        raise ValueError(f"{name}: complex entries; the model is real")
+    if not np.issubdtype(a.dtype, np.number) or a.dtype == bool:
+        raise ValueError(f"{name}: dtype {a.dtype} is not a real number type")
+    a = a.astype(np.float64)
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name}: contains non-finite entries")
+    return a
+
+
+def _check_matrices(name, a, shape):
+    a = _as_real(name, a)
+    if a.shape != shape:
+        raise ValueError(f"{name}: shape {a.shape} does not match (H, d, d) = {shape}")
     return a
 
 
@@ -223,30 +201,31 @@ def _check_scores(cell, m):
 
 
 def _check_x0(cell, x0):
-    x0 = np.asarray(x0, dtype=float)
+    x0 = _as_real("x0", x0)
     if x0.shape == (cell.n, cell.d):
         x0 = np.broadcast_to(x0, (cell.n_seeds, cell.n, cell.d))
     if x0.shape != (cell.n_seeds, cell.n, cell.d):
         raise ValueError(f"x0: shape {x0.shape}, expected (n, d) = {(cell.n, cell.d)} "
                          f"or (seeds, n, d) = {(cell.n_seeds, cell.n, cell.d)}")
-    if not np.all(np.isfinite(x0)):
-        raise ValueError("x0: contains non-finite entries")
-    x0 = x0.copy()
+    x0 = np.array(x0)
     if cell.geometry == "sphere":
         off = np.max(np.abs(np.linalg.norm(x0, axis=-1) - 1.0))
         if off > _SPHERE_TOLERANCE:
             raise ValueError(f"x0: tokens are not on the unit sphere (max | ||x_i|| - 1 | = {off:.3g})")
-        normalise_rows_inplace(x0)
+        x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
     return x0
 
 
-def _check_finite(cell, xs, obs, sphere_drift):
-    bad = [k for k, v in obs.items() if not np.all(np.isfinite(v))]
-    if not np.all(np.isfinite(xs)):
-        bad.insert(0, "x")
+def _check_finite(cell, obs, measured, sphere_drift):
+    """Every measured sample finite, tokens on the sphere; ``measured`` is (seed, time)."""
+    def finite(v):
+        mask = measured.reshape(measured.shape + (1,) * (v.ndim - 2))
+        return np.all(np.isfinite(v) | ~mask)
+
+    bad = [k for k, v in obs.items() if v.dtype.kind == "f" and not finite(v)]
     if bad:
         raise SimulationError(f"{describe(cell)}: non-finite values in {', '.join(bad)}")
     if sphere_drift is not None:
         drift = float(np.max(sphere_drift))
-        if drift > 1e-10:
+        if drift > _MAX_SPHERE_DRIFT:
             raise SimulationError(f"{describe(cell)}: tokens left the sphere (drift {drift:.3g})")

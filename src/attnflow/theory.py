@@ -1,4 +1,4 @@
-"""Closed forms of the paper (MODEL.md results 3, 4), vectorised over numpy arrays.
+"""Closed forms of the paper (docs/model.md, results 3-5), vectorised over numpy arrays.
 
 Every function broadcasts its array arguments against each other, so a whole
 phase diagram is one call.
@@ -7,7 +7,7 @@ phase diagram is one call.
 from __future__ import annotations
 
 import numpy as np
-from scipy.integrate import solve_ivp
+from scipy.integrate import quad, solve_ivp
 from scipy.optimize import brentq
 
 __all__ = [
@@ -15,7 +15,9 @@ __all__ = [
     "beta_star",
     "phi",
     "lambda_c",
+    "early_sign",
     "equiangular_rate",
+    "equiangular_time",
     "solve_equiangular",
     "late_rate",
 ]
@@ -89,10 +91,24 @@ def lambda_c(beta, n):
     return u / beta
 
 
-def equiangular_rate(gamma, lambdas, beta, n):
-    """Right-hand side of the equiangular ODE of Thm 22 (scalar heads, softmax).
+def early_sign(lambdas, beta, n):
+    """``sign(sum_h phi(lambda_h) - H phi(lambda_bar))``: +1 where unequal heads start faster (Thm 22).
 
-    ``dgamma/dt = 2 (1 - gamma)(1 + (n-1) gamma) sum_h lambda_h / (exp(beta lambda_h (1-gamma)) + n - 1)``.
+    ``lambdas`` has the heads on its last axis; ``lambda_bar`` is their mean.
+    """
+    lambdas = np.asarray(lambdas, dtype=float)
+    beta = np.asarray(beta, dtype=float)[..., None]
+    H = lambdas.shape[-1]
+    mean = lambdas.mean(axis=-1, keepdims=True)
+    gap = phi(lambdas, beta, n).sum(axis=-1) - H * phi(mean, beta, n)[..., 0]
+    return np.sign(gap)
+
+
+def equiangular_rate(gamma, lambdas, beta, n, attention="softmax"):
+    """Right-hand side of the equiangular ODE for the common cosine (scalar heads).
+
+    softmax (Thm 22): ``2 (1 - g)(1 + (n-1) g) sum_h lambda_h / (exp(beta lambda_h (1-g)) + n - 1)``;
+    relu (Thm 25): ``(2 beta / n) g (1 - g)(1 + (n-1) g) sum_h lambda_h^2``, no drive at ``g = 0``.
 
     Parameters
     ----------
@@ -100,15 +116,56 @@ def equiangular_rate(gamma, lambdas, beta, n):
         Common pairwise cosine.
     lambdas : array_like, shape (..., H)
         Head strengths; the last axis is summed over.
+    attention : "softmax" | "relu"
     """
     gamma = np.asarray(gamma, dtype=float)[..., None]
     lambdas = np.asarray(lambdas, dtype=float)
-    drive = lambdas / (np.exp(beta * lambdas * (1.0 - gamma)) + n - 1.0)
+    beta = np.asarray(beta, dtype=float)[..., None]
     g = gamma[..., 0]
-    return 2.0 * (1.0 - g) * (1.0 + (n - 1.0) * g) * drive.sum(axis=-1)
+    if attention == "softmax":
+        drive = lambdas / (np.exp(beta * lambdas * (1.0 - gamma)) + n - 1.0)
+        return 2.0 * (1.0 - g) * (1.0 + (n - 1.0) * g) * drive.sum(axis=-1)
+    if attention == "relu":
+        return (2.0 * beta[..., 0] / n) * g * (1.0 - g) * (1.0 + (n - 1.0) * g) * (lambdas**2).sum(axis=-1)
+    raise ValueError(f"attention = {attention!r}: the equiangular ODE is derived for softmax and relu")
 
 
-def solve_equiangular(gamma0, lambdas, beta, n, t, *, rtol=1e-12, atol=1e-14):
+def _relu_antiderivative(g, n):
+    """Partial fractions: d/dg of this is ``1 / (g (1 - g)(1 + (n-1) g))``."""
+    return np.log(g) - np.log1p(-g) / n - (n - 1.0) / n * np.log1p((n - 1.0) * g)
+
+
+def equiangular_time(gamma0, gamma1, lambdas, beta, n, attention="softmax"):
+    """Time for the common cosine to go from ``gamma0`` to ``gamma1`` on the equiangular ODE.
+
+    The integral of ``1 / (dgamma/dt)`` from ``gamma0`` to ``gamma1``: in closed
+    form by partial fractions for relu, by adaptive Gauss-Kronrod quadrature
+    (relative tolerance 1e-12) for softmax. ``inf`` where the drive vanishes
+    (relu from ``gamma0 = 0``). Broadcasts over ``gamma0``, ``gamma1``,
+    ``beta``, ``n`` and the leading axes of ``lambdas``.
+    """
+    lambdas = np.asarray(lambdas, dtype=float)
+    g0, g1, beta_b, n_b = np.broadcast_arrays(
+        *(np.asarray(a, dtype=float) for a in (gamma0, gamma1, beta, n)))
+    shape = np.broadcast_shapes(g0.shape, lambdas.shape[:-1])
+    g0, g1, beta_b, n_b = (np.broadcast_to(a, shape) for a in (g0, g1, beta_b, n_b))
+    lam = np.broadcast_to(lambdas, shape + lambdas.shape[-1:])
+    out = np.empty(shape)
+    for idx in np.ndindex(shape):
+        a, b, bt, nn, lm = float(g0[idx]), float(g1[idx]), float(beta_b[idx]), float(n_b[idx]), lam[idx]
+        if attention == "relu":
+            if a <= 0.0:
+                out[idx] = np.inf
+                continue
+            out[idx] = (nn / (2.0 * bt * np.sum(lm**2))) * (_relu_antiderivative(b, nn)
+                                                           - _relu_antiderivative(a, nn))
+        else:
+            out[idx] = quad(lambda g, bt=bt, nn=nn, lm=lm: 1.0 / equiangular_rate(g, lm, bt, nn, attention),
+                            a, b, epsabs=0.0, epsrel=1e-12, limit=200)[0]
+    return out
+
+
+def solve_equiangular(gamma0, lambdas, beta, n, t, *, attention="softmax", rtol=1e-12, atol=1e-14):
     """Integrate the equiangular ODE from ``gamma0``; returns ``gamma`` at the times ``t``.
 
     Uses scipy's DOP853 at tight tolerance, so it serves as the reference for
@@ -117,7 +174,7 @@ def solve_equiangular(gamma0, lambdas, beta, n, t, *, rtol=1e-12, atol=1e-14):
     t = np.asarray(t, dtype=float)
     lambdas = np.asarray(lambdas, dtype=float)
     sol = solve_ivp(
-        lambda _t, g: equiangular_rate(g, lambdas, beta, n),
+        lambda _t, g: equiangular_rate(g, lambdas, beta, n, attention),
         (float(t[0]), float(t[-1])),
         [float(gamma0)],
         method="DOP853",

@@ -1,16 +1,19 @@
 rule aggregate:
     """Reduce an experiment's stores lazily with dask into one consolidated summary store."""
     input:
-        experiment_manifests,
+        manifests=experiment_manifests,
     output:
         summary=directory(f"{RESULTS}/summaries/{{experiment}}.zarr"),
     params:
-        stores=STORES,
-        scheduler=config["dask_scheduler"],
+        entries=experiment_entries,
+        spec=experiment_spec,
+        scheduler=config.get("dask_scheduler", "threads"),
+        modules=MODULES,
+        retire=experiment_figures,
     conda:
         "../envs/attnflow.yaml"
     benchmark:
-        f"{RESULTS}/benchmarks/aggregate/{{experiment}}.tsv",
+        f"{RESULTS}/benchmarks/aggregate/{{experiment}}.tsv"
     log:
         f"{RESULTS}/logs/aggregate/{{experiment}}.log",
     localrule: True

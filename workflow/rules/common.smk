@@ -1,26 +1,26 @@
 import json
+import sys
 
-from snakemake.utils import validate
-
-from attnflow.sweep import (
+from attnflow import resources
+from attnflow.workflow import (
     ConfigError,
-    estimated_memory_mb,
-    estimated_seconds,
-    experiment_batches,
-    validate_config,
+    batch_params,
+    issue_repairs,
+    manifest,
+    repair_tickets,
+    sweep_from_workflow,
 )
 
 
-validate(config, schema="../schemas/config.schema.yaml")
 try:
-    validate_config(config)
+    SWEEP = sweep_from_workflow(config, workflow.configfiles)
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}") from None
 
-RESULTS = config["results"]
-STORES = f"{RESULTS}/simulations"
-EXPERIMENT_NAMES = list(config["experiments"])
-BATCHES = {name: experiment_batches(config, name) for name in EXPERIMENT_NAMES}
+RESULTS = str(SWEEP.results)
+STORES = str(SWEEP.stores)
+EXPERIMENT_NAMES = list(SWEEP.specs)
+MODULES = json.dumps(config.get("experiment_modules", []))
 
 
 wildcard_constraints:
@@ -28,24 +28,53 @@ wildcard_constraints:
     batch="[A-Za-z0-9._+-]+",
 
 
+# Self-healing: a finished batch one of whose stores is missing or does not match its
+# completion record gets a repair ticket, a new input of its simulate job: the job
+# reruns and recomputes those stores alone. Jobs running on a cluster node parse this
+# file too: only the main process looks for damage.
+if not workflow.remote_exec:
+    for _batch, _problems in issue_repairs(SWEEP).items():
+        for _path, _state in _problems:
+            print(
+                f"attnflow: {_path} is {_state.status}"
+                + (f" ({_state.detail})" if _state.detail else "")
+                + f": batch {_batch} recomputes it",
+                file=sys.stderr,
+            )
+
+
+def batch_repairs(wildcards):
+    return repair_tickets(RESULTS, wildcards.batch)
+
+
 def batch_cells(wildcards):
-    """The cells of one batch job, as plain dicts (Snakemake params must be hashable text)."""
-    cells = BATCHES[wildcards.experiment][wildcards.batch]
-    return json.dumps([cell.to_dict() for cell in cells], sort_keys=True)
+    return batch_params(SWEEP, wildcards.batch)
 
 
 def experiment_manifests(wildcards):
-    return expand(
-        f"{RESULTS}/manifests/{wildcards.experiment}/{{batch}}.json",
-        batch=sorted(BATCHES[wildcards.experiment]),
-    )
+    return [manifest(RESULTS, b) for b in SWEEP.batches_of(wildcards.experiment)]
 
 
-def simulate_runtime(wildcards):
-    """Minutes requested for a batch job (cluster runtime), from the cost model in attnflow.sweep."""
-    return max(5, int(estimated_seconds(BATCHES[wildcards.experiment][wildcards.batch]) / 60) + 1)
+def experiment_entries(wildcards):
+    """(grid coordinates, store path) of every grid point: what the aggregation reads."""
+    return json.dumps(SWEEP.entries(wildcards.experiment))
 
 
-def simulate_mem_mb(wildcards):
-    return estimated_memory_mb(BATCHES[wildcards.experiment][wildcards.batch])
+def experiment_spec(wildcards):
+    return SWEEP.specs[wildcards.experiment].to_json()
 
+
+def experiment_caption(wildcards):
+    return SWEEP.experiments.get(wildcards.experiment).caption
+
+
+def experiment_figures(wildcards):
+    return [f"{RESULTS}/figures/{wildcards.experiment}.{ext}" for ext in ("png", "pdf")]
+
+
+def simulate_mem_mb(wildcards, attempt):
+    return resources.memory_mb(SWEEP.batches[wildcards.batch], attempt)
+
+
+def simulate_runtime(wildcards, attempt):
+    return resources.runtime_minutes(SWEEP.batches[wildcards.batch], attempt)

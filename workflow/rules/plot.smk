@@ -9,10 +9,13 @@ rule plot:
             category="Figures",
         ),
         pdf=f"{RESULTS}/figures/{{experiment}}.pdf",
+    params:
+        modules=MODULES,
+        caption=experiment_caption,
     conda:
         "../envs/attnflow.yaml"
     benchmark:
-        f"{RESULTS}/benchmarks/plot/{{experiment}}.tsv",
+        f"{RESULTS}/benchmarks/plot/{{experiment}}.tsv"
     log:
         f"{RESULTS}/logs/plot/{{experiment}}.log",
     localrule: True

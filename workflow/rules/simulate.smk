@@ -1,16 +1,18 @@
 rule simulate:
-    """Integrate the cells of one batch; writes one zarr store per cell that does not exist yet."""
+    """Integrate the cells of one batch; writes one zarr store per cell that is not complete."""
+    input:
+        repairs=batch_repairs,
     output:
-        manifest=f"{RESULTS}/manifests/{{experiment}}/{{batch}}.json",
+        manifest=f"{RESULTS}/manifests/{{batch}}.json",
     params:
         cells=batch_cells,
         stores=STORES,
     conda:
         "../envs/attnflow.yaml"
     benchmark:
-        f"{RESULTS}/benchmarks/simulate/{{experiment}}/{{batch}}.tsv",
+        f"{RESULTS}/benchmarks/simulate/{{batch}}.tsv"
     log:
-        f"{RESULTS}/logs/simulate/{{experiment}}/{{batch}}.log",
+        f"{RESULTS}/logs/simulate/{{batch}}.log",
     threads: 2
     resources:
         mem_mb=simulate_mem_mb,

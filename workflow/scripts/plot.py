@@ -1,13 +1,14 @@
 """Snakemake script: draw one experiment's figure from its summary store."""
 
+import json
 import sys
 
-import xarray as xr
-
-from attnflow.plots import render
+from attnflow.workflow import plot_job
 
 sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
 
-summary = xr.open_zarr(snakemake.input.summary, consolidated=True).load()  # noqa: F821
-render(snakemake.wildcards.experiment, summary, snakemake.config,  # noqa: F821
-       [snakemake.output.png, snakemake.output.pdf], source=snakemake.input.summary)  # noqa: F821
+plot_job(
+    snakemake.input.summary,  # noqa: F821
+    [snakemake.output.png, snakemake.output.pdf],  # noqa: F821
+    modules=json.loads(snakemake.params.modules),  # noqa: F821
+)

@@ -1,0 +1,220 @@
+"""Sweep configs: strict loading, the generated schema, and validation before any job runs.
+
+A config is YAML with ``results``, ``dask_scheduler``, ``experiment_modules``,
+``defaults`` (cell fields shared by every experiment) and ``experiments`` (one
+block per experiment: ``fixed``, ``grid``, ``batch_over``). The schema is
+generated from ``Cell``'s fields and the experiment registry, so a new field,
+attention type, head structure or experiment reaches it with no edit here.
+Every error is one ``ConfigError`` line naming the offending key and value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import jsonschema
+import yaml
+
+from .cell import _DEFAULTS as CELL_DEFAULTS
+from .cell import FIELD_CHOICES, FIELD_DOCS, Cell
+from .experiments import ConfigError, registry
+from .observables import GROUPS
+
+SCHEDULERS = ("threads", "synchronous", "distributed")
+TOP_LEVEL = {
+    "results": ("results", "output directory (stores, summaries, figures, logs); not empty, not /"),
+    "dask_scheduler": ("threads", "aggregation scheduler: threads, synchronous, distributed (a local "
+                                  "dask.distributed cluster) or the address tcp://host:port of a running "
+                                  "scheduler"),
+    "experiment_modules": ([], "importable modules that each define an EXPERIMENT, added to the "
+                               "built-in experiments"),
+    "defaults": ({}, "cell fields for every experiment: a block's fixed values win over them, they win "
+                     "over the experiment's own defaults"),
+    "experiments": (None, "the experiments to run: name -> block with fixed, grid, batch_over"),
+}
+
+
+# --- loading ---------------------------------------------------------------------------------------
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping with the same key twice (YAML keeps the last silently)."""
+
+
+def _no_duplicates(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(f"{loader.name}: key {key!r} appears twice (lines {seen[key] + 1} and "
+                              f"{key_node.start_mark.line + 1}); YAML would keep the last one silently")
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def load(path: str | Path) -> dict:
+    """Read a config file strictly: duplicated keys and malformed YAML are ``ConfigError``."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config ({err.strerror})") from None
+    loader = _StrictLoader(text)
+    loader.name = str(path)
+    try:
+        config = loader.get_single_data()
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: the config must be a mapping, got {type(config).__name__}")
+    return config
+
+
+# --- schema ----------------------------------------------------------------------------------------
+def _field_schema(field: dataclasses.Field) -> dict:
+    name = field.name
+    if name == "seeds":
+        out = {"oneOf": [{"type": "integer", "minimum": 1},
+                         {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}]}
+    elif name == "observables":
+        out = {"type": "array", "items": {"type": "string", "enum": list(GROUPS.names())}}
+    elif name in FIELD_CHOICES:
+        out = {"type": "string", "enum": list(FIELD_CHOICES[name])}
+    else:
+        out = {"type": {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}[field.type]}
+    default = CELL_DEFAULTS[name]
+    out["description"] = FIELD_DOCS[name]
+    out["default"] = list(default) if isinstance(default, tuple) else default
+    return out
+
+
+def schema(experiments=None) -> dict:
+    """The JSON schema of a config, generated from ``Cell`` and the experiment registry."""
+    experiments = experiments if experiments is not None else registry()
+    fields = {f.name: _field_schema(f) for f in dataclasses.fields(Cell)}
+    cell_fields = {"type": "object", "additionalProperties": False, "properties": fields,
+                   "description": "cell fields (see attnflow.Cell)"}
+    grid = {"type": "object", "additionalProperties": False, "properties": {
+        name: {"type": "array", "minItems": 1, "items": {k: v for k, v in spec.items()
+                                                          if k not in ("description", "default")},
+               "description": f"values of {name}: {FIELD_DOCS[name]}"}
+        for name, spec in fields.items() if name != "observables"
+    }, "description": "grid axes: cell field -> non-empty list of values; the cells are their product"}
+    blocks = {}
+    for exp in experiments:
+        blocks[exp.name] = {
+            "type": "object", "additionalProperties": False,
+            "description": f"{exp.theorem}: {exp.question}",
+            "default": exp.defaults,
+            "properties": {
+                "fixed": {**cell_fields, "description": "cell fields fixed for this experiment"},
+                "grid": grid,
+                "batch_over": {"type": "array", "items": {"type": "string", "enum": list(fields)},
+                               "description": "grid axes whose values share one simulation job"},
+            },
+        }
+    top = {key: {"description": doc} for key, (_, doc) in TOP_LEVEL.items()}
+    for key, (default, _) in TOP_LEVEL.items():
+        if default is not None:
+            top[key]["default"] = default
+    top["results"]["type"] = "string"
+    top["dask_scheduler"]["type"] = "string"
+    top["dask_scheduler"]["pattern"] = "^(" + "|".join(SCHEDULERS) + r"|tcp://.+)$"
+    top["experiment_modules"].update({"type": "array", "items": {"type": "string"}})
+    top["defaults"].update(cell_fields)
+    top["experiments"].update({"type": "object", "minProperties": 1, "additionalProperties": False,
+                               "properties": blocks})
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "description": "attnflow sweep configuration", "type": "object",
+            "additionalProperties": False, "required": ["experiments"], "properties": top}
+
+
+def _schema_message(error: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    if error.validator == "enum":
+        return f"{where} = {error.instance!r}: must be one of {', '.join(map(str, error.validator_value))}"
+    if error.validator == "additionalProperties":
+        allowed = list(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        return (f"{where}: unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(allowed)})")
+    message = error.message if len(error.message) < 200 else error.message[:200] + "..."
+    return f"{where}: {message}"
+
+
+# --- validation ------------------------------------------------------------------------------------
+def check_results(results) -> None:
+    if not isinstance(results, str) or not results.strip():
+        raise ConfigError(f"results = {results!r}: must name an output directory")
+    if Path(results).resolve() == Path(Path(results).resolve().anchor):
+        raise ConfigError(f"results = {results!r}: the filesystem root; name a directory for the outputs")
+
+
+def check_scheduler(name: str, timeout: float = 2.0) -> None:
+    """A ``tcp://host:port`` scheduler must accept a connection now, not after every simulation."""
+    if name in SCHEDULERS:
+        return
+    parts = urlsplit(name)
+    if parts.scheme != "tcp" or not parts.hostname or not parts.port:
+        raise ConfigError(f"dask_scheduler = {name!r}: expected {', '.join(SCHEDULERS)} or tcp://host:port")
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=timeout):
+            pass
+    except OSError as err:
+        raise ConfigError(f"dask_scheduler = {name!r}: no scheduler answers there ({err})") from None
+
+
+def _canonical(value):
+    """Numbers compared as values: 1 and 1.0 are one grid value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return repr(value)
+    return repr(float(value)) if math.isfinite(value) else repr(value)
+
+
+def check_grid(name: str, grid: dict) -> None:
+    for axis, values in grid.items():
+        seen = {}
+        for value in values:
+            key = _canonical(value)
+            if key in seen:
+                raise ConfigError(f"experiments.{name}.grid.{axis}: {seen[key]!r} and {value!r} are the "
+                                  "same value (each value once)")
+            seen[key] = value
+
+
+def validate(config: dict, *, reach_scheduler: bool = True):
+    """Check a whole config before any job; return the ``Sweep`` it describes.
+
+    Raises ``ConfigError`` (one line, naming the key and value) on the first
+    problem: schema, results path, scheduler address, grids with repeated
+    values, impossible cells, and what each experiment's figure needs.
+    """
+    from .sweep import Sweep
+
+    if not isinstance(config, dict):
+        raise ConfigError(f"the config must be a mapping, got {type(config).__name__}")
+    modules = config.get("experiment_modules", [])
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise ConfigError(f"experiment_modules = {modules!r}: must be a list of module names")
+    experiments = registry(modules)
+    unknown = [k for k in (config.get("experiments") or {}) if k not in experiments]
+    if unknown:
+        raise ConfigError(f"experiments.{unknown[0]}: unknown experiment "
+                          f"(known: {', '.join(experiments.names())})")
+    validator = jsonschema.Draft202012Validator(schema(experiments))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if error is not None:
+        raise ConfigError(_schema_message(error))
+    check_results(config.get("results", TOP_LEVEL["results"][0]))
+    if reach_scheduler:
+        check_scheduler(config.get("dask_scheduler", TOP_LEVEL["dask_scheduler"][0]))
+    return Sweep.from_config(config, experiments)
+
+
+__all__ = ["ConfigError", "check_results", "check_scheduler", "load", "schema", "validate"]

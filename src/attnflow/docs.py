@@ -1,0 +1,103 @@
+"""``docs/experiments.md``, generated from the experiment modules (a test keeps the file in step)."""
+
+from __future__ import annotations
+
+import yaml
+
+from .experiments import registry
+
+
+def experiments_markdown(experiments=None) -> str:
+    experiments = experiments if experiments is not None else registry()
+    lines = [
+        "# Experiments",
+        "",
+        "Generated from `src/attnflow/experiments/` by `attnflow docs --output docs/experiments.md`;",
+        "a test fails when this file and the modules disagree. The model and every closed form are in",
+        "[model.md](model.md); the config keys in [config/README.md](../config/README.md).",
+        "",
+    ]
+    for exp in experiments:
+        axes = ", ".join(
+            f"`{a.name}`" + (f" (>= {a.min_values} values)" if a.min_values > 1 else "")
+            + (f" (with {', '.join(map(str, a.required))})" if a.required else "")
+            for a in exp.axes
+        )
+        lines += [
+            f"## `{exp.name}` ({exp.theorem})",
+            "",
+            f"**Question.** {exp.question}",
+            "",
+            f"**Figure axes.** {axes}; an axis missing from the grid is taken from `fixed`. "
+            f"**Observables recorded:** {', '.join(exp.observables) or 'cosines only'}.",
+            "",
+            f"**The figure.** {exp.caption}",
+            "",
+            f"**How to read it.** {exp.reading}",
+            "",
+            "**Default block** (used for any key the config leaves out):",
+            "",
+            "```yaml",
+            yaml.safe_dump({exp.name: exp.defaults}, sort_keys=False, width=100).rstrip(),
+            "```",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def _value(v) -> str:
+    return f"`{list(v) if isinstance(v, tuple) else v}`"
+
+
+def _cell(text: str) -> str:
+    """Text for a markdown table cell (a bare | would end the cell)."""
+    return text.replace("|", "\\|")
+
+
+def config_markdown() -> str:
+    """``docs/config.md``: every cell field with its default, choices and meaning, from ``Cell``."""
+    from .attention import ATTENTIONS
+    from .cell import _DEFAULTS, CONDITIONAL_FIELDS, FIELD_CHOICES, FIELD_DOCS
+    from .config import TOP_LEVEL
+    from .heads import HEADS
+    from .observables import GROUPS
+    from .strengths import STRENGTHS
+    from .tokens import INITS
+
+    lines = [
+        "# Config reference",
+        "",
+        "Generated from `attnflow.Cell` and the declarations by `attnflow docs --output docs`; a test",
+        "fails when this file and the code disagree. How the keys combine:",
+        "[config/README.md](../config/README.md).",
+        "",
+        "## Top level",
+        "",
+        "| key | default | meaning |",
+        "|---|---|---|",
+    ]
+    for key, (default, doc) in TOP_LEVEL.items():
+        lines.append(f"| `{key}` | {'' if default is None else _value(default)} | {_cell(doc)} |")
+    lines += ["", "## Cell fields (`defaults`, `fixed`, `grid`)", "",
+              "Fields marked * are read only under some choices (see the tables below); elsewhere they",
+              "are reset to their default, so equal simulations share one store.", "",
+              "| field | default | meaning |", "|---|---|---|"]
+    for name, doc in FIELD_DOCS.items():
+        choices = f" (one of {', '.join(FIELD_CHOICES[name])})" if name in FIELD_CHOICES else ""
+        star = "*" if name in CONDITIONAL_FIELDS else ""
+        lines.append(f"| `{name}`{star} | {_value(_DEFAULTS[name])} | {_cell(doc + choices)} |")
+    for title, registry_, describe in (
+        ("Attention types (`attention`)", ATTENTIONS,
+         lambda a: f"weights {a.formula}; velocity {a.velocity}; {a.description}"),
+        ("Head structures (`heads`)", HEADS, lambda h: h.description + (f"; reads {', '.join(h.uses)}"
+                                                                           if h.uses else "")),
+        ("Head strengths (`lambda_dist`)", STRENGTHS, lambda s: s.description + (
+            f"; reads {', '.join(s.uses)}" if s.uses else "")),
+        ("Initial tokens (`init`)", INITS, lambda i: i.description + (f"; reads {', '.join(i.uses)}"
+                                                                        if i.uses else "")),
+        ("Observable groups (`observables`)", GROUPS, lambda g: g.description + ": " + ", ".join(
+            f"`{v.name}`" for v in g.variables)),
+    ):
+        lines += ["", f"## {title}", "", "| name | meaning |", "|---|---|"]
+        lines += [f"| `{item.name}` | {_cell(describe(item))} |" for item in registry_]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,220 @@
+"""The compiled engine: batched, adaptive integration of the attention flow with exact observables.
+
+``solve`` prepares the heads in the form that is cheapest to apply, allocates
+the outputs of the wanted observable groups, and runs the compiled loop
+(``dopri.solve_batch``) with single-threaded BLAS inside numba's threads.
+``observe`` measures the same observables at given configurations, without
+integrating.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numba
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+from ..attention import ATTENTIONS
+from ..observables import GROUPS, canonical_groups, variables
+from ..tableau import DOPRI5, ButcherTableau
+from .dopri import (
+    CALLS,
+    DRIFT,
+    REJECTED,
+    RETRACTION,
+    STATUS,
+    STEPS,
+    T_CLUSTER,
+    T_STOP,
+    Status,
+    observe_batch,
+    solve_batch,
+)
+from .field import Form
+from .measure import Group, Metric, Outputs
+
+__all__ = ["EngineResult", "IntegrationError", "observe", "solve"]
+
+METRICS = {"epsilon": Metric.EPSILON, "gamma_mean": Metric.GAMMA_MEAN}
+
+
+class IntegrationError(RuntimeError):
+    """A trajectory could not reach the end of the interval."""
+
+
+@dataclasses.dataclass
+class EngineResult:
+    observables: dict[str, np.ndarray]  # name -> (B, T, ...) for every variable of the wanted groups
+    n_steps: np.ndarray  # (B,) accepted steps
+    n_rejected: np.ndarray  # (B,) rejected steps
+    n_rhs_calls: np.ndarray  # (B,) field evaluations, samples included
+    t_cluster: np.ndarray  # (B,) first time the criterion holds, NaN if never
+    norm_drift: np.ndarray  # (B,) largest | ||x_i|| - 1 | over the samples
+    max_retraction: np.ndarray  # (B,) largest | ||x_i|| - 1 | removed by a retraction
+    t_stop: np.ndarray  # (B,) where the integration ended: t_eval[-1], or t_cluster when stopping there
+    form: str  # how the heads were applied
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The BLAS libraries loaded (numba's products go through scipy's): one lookup, reused."""
+    import scipy.linalg.cython_blas  # noqa: F401  the BLAS numba calls
+
+    return ThreadpoolController()
+
+
+def head_form(scores, diagonal, factors, d: int) -> Form:
+    """The cheapest exact way to apply the heads: factors when ``r <= d/2``, diagonal, or dense."""
+    if factors is not None and factors[1].shape[-1] <= d // 2:
+        return Form.FACTORED
+    if diagonal is not None or (scores is not None and np.all(scores == scores * np.eye(d))):
+        return Form.DIAGONAL
+    return Form.DENSE
+
+
+def _head_arrays(x0, scores, diagonal, factors, values):
+    """The engine's head arguments: form, diag, dense, U, U^T, e, V^T, shared (unused ones empty), H."""
+    B, _, d = x0.shape
+    given = [a for a in (scores, diagonal, None if factors is None else factors[1]) if a is not None]
+    if len(given) != 1:
+        raise ValueError("give the heads as exactly one of scores, diagonal, factors")
+    H = given[0].shape[1]
+    form = head_form(scores, diagonal, factors, d)
+    empty2, empty3 = np.empty((B, 0, 0)), np.empty((B, 0, 0, 0))
+    if factors is not None and form != Form.FACTORED:  # rank too high to pay: dense products
+        u, e = factors
+        scores, factors = np.einsum("bhdr,bhr,bher->bhde", u, e, u), None
+    diag = dense = u = ut = eig = None
+    if form == Form.DIAGONAL:
+        diag = diagonal if diagonal is not None else np.diagonal(scores, axis1=-2, axis2=-1)
+    elif form == Form.DENSE:
+        dense = scores
+    else:
+        u, eig = factors
+        ut = np.swapaxes(u, -1, -2)
+    as_array = lambda a, empty: empty if a is None else np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
+    values_t = None if values is None else np.swapaxes(values, -1, -2)
+    return form, H, (form, as_array(diag, empty2), as_array(dense, empty3), as_array(u, empty3),
+                     as_array(ut, empty3), as_array(eig, empty2), as_array(values_t, empty3), values is None)
+
+
+def _outputs(groups, B, T, H, n, d) -> Outputs:
+    """Output arrays of the wanted groups, NaN (-1 for counts) until measured; the others empty."""
+    arrays = {}
+    for group in GROUPS:
+        wanted = group.name in groups
+        for var in group.variables:
+            shape = (B, T) + tuple({"head": H, "token": n, "dim": d}[dim] for dim in var.dims)
+            fill = np.nan if np.dtype(var.dtype).kind == "f" else -1
+            arrays[var.name] = np.full(shape if wanted else (0,) * len(shape), fill, dtype=var.dtype)
+    return Outputs(**arrays)
+
+
+def _per_trajectory(beta, B: int) -> np.ndarray:
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(beta, dtype=np.float64), (B,)))
+
+
+def _want(groups) -> np.ndarray:
+    return np.array([group.name.lower() in groups for group in Group])
+
+
+def solve(
+    x0: np.ndarray,
+    scores: np.ndarray | None = None,
+    *,
+    diagonal: np.ndarray | None = None,
+    attention: str,
+    beta: float | np.ndarray,
+    spherical: bool,
+    t_eval: np.ndarray,
+    rtol: float,
+    atol: float,
+    max_steps: int,
+    values: np.ndarray | None = None,
+    factors: tuple[np.ndarray, np.ndarray] | None = None,
+    groups=("cosines",),
+    cluster_metric: str = "epsilon",
+    cluster_threshold: float = 1e-3,
+    cluster_eps: float = 1e-2,
+    stop_at_cluster: bool = False,
+    fixed_step: float | None = None,
+    tableau: ButcherTableau = DOPRI5,
+) -> EngineResult:
+    """Integrate a batch of trajectories and measure the wanted observable groups at ``t_eval``.
+
+    Parameters
+    ----------
+    x0 : (B, n, d) initial tokens
+    beta : inverse temperature, one for all or (B,) one per trajectory
+    scores : (B, H, d, d) symmetric score matrices per trajectory, or
+    diagonal : (B, H, d), ``M_h = diag(diagonal)``, or
+    factors : ``(U, e)``, (B, H, d, r) and (B, H, r), with ``M_h = U diag(e) U^T``
+    values : (B, H, d, d) value matrices, or None for ``V_h = M_h``
+    groups : observable groups to record (``attnflow.observables``)
+    cluster_metric, cluster_threshold : the criterion whose first crossing is ``t_cluster``
+    stop_at_cluster : end each trajectory there; its later samples stay NaN
+    fixed_step : take steps of this size with no error control (convergence tests)
+
+    Raises ``IntegrationError`` naming the first trajectory that stopped early.
+    """
+    x0 = np.ascontiguousarray(x0, dtype=np.float64)
+    B, n, d = x0.shape
+    t_eval = np.ascontiguousarray(t_eval, dtype=np.float64)
+    groups = canonical_groups(groups)
+    form, H, heads = _head_arrays(x0, scores, diagonal, factors, values)
+    out = _outputs(groups, B, t_eval.size, H, n, d)
+    counts = np.zeros((B, 4), dtype=np.int64)
+    times = np.zeros((B, 4))
+    kind = ATTENTIONS.get(attention)
+    with _blas().limit(limits=1), numba.parallel_chunksize(1):
+        solve_batch(
+            x0, *heads, H, kind.weights, _per_trajectory(beta, B), kind.velocity_over_n, bool(spherical),
+            t_eval,
+            float(rtol), float(atol), int(max_steps), 0.0 if fixed_step is None else float(fixed_step),
+            tableau.a, tableau.b, tableau.e, tableau.dense, tableau.error_order, _want(groups),
+            METRICS[cluster_metric], float(cluster_threshold), 1.0 - cluster_eps, bool(stop_at_cluster),
+            out, counts, times,
+        )
+    failed = np.flatnonzero(counts[:, STATUS] != Status.OK)
+    if failed.size:
+        b = int(failed[0])
+        why = ("step size underflow (non-finite or stiff)" if counts[b, STATUS] == Status.UNDERFLOW
+               else f"step budget of {max_steps} exhausted")
+        raise IntegrationError(f"trajectory {b}: {why} at t = {times[b, T_STOP]:.6g} of {t_eval[-1]:g}")
+    observables = {var.name: getattr(out, var.name) for var in variables(groups)}
+    return EngineResult(observables, counts[:, STEPS].copy(), counts[:, REJECTED].copy(),
+                        counts[:, CALLS].copy(), times[:, T_CLUSTER].copy(), times[:, DRIFT].copy(),
+                        times[:, RETRACTION].copy(), times[:, T_STOP].copy(), form.name.lower())
+
+
+def observe(
+    x: np.ndarray,
+    scores: np.ndarray | None = None,
+    *,
+    diagonal: np.ndarray | None = None,
+    attention: str,
+    beta: float,
+    spherical: bool = True,
+    values: np.ndarray | None = None,
+    factors=None,
+    groups=("cosines", "velocity", "energy", "radial", "entropy"),
+    cluster_eps: float = 1e-2,
+) -> dict[str, np.ndarray]:
+    """Observables at configurations ``x`` (B, n, d), heads as in ``solve``, without integrating.
+
+    Returns name -> array of shape (B, ...) for every variable of ``groups``.
+    """
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    B, n, d = x.shape
+    groups = canonical_groups(groups)
+    _, H, heads = _head_arrays(x, scores, diagonal, factors, values)
+    out = _outputs(groups, B, 1, H, n, d)
+    kind = ATTENTIONS.get(attention)
+    drift = np.zeros(B)
+    with _blas().limit(limits=1):
+        observe_batch(x, *heads, H, kind.weights, _per_trajectory(beta, B), kind.velocity_over_n,
+                      bool(spherical),
+                      _want(groups), 1.0 - cluster_eps, out, drift)
+    return {var.name: getattr(out, var.name)[:, 0] for var in variables(groups)}

@@ -1,0 +1,218 @@
+"""The attention vector field of one trajectory, compiled (MODEL.md, "Attention types").
+
+One trajectory per call, so the integrator can run one trajectory per thread
+with single-threaded BLAS for the products: the arithmetic of a trajectory is
+the same whatever its batch or the core count, hence bit-identical results.
+The weights are computed here and only here (``attention_weights``); the
+observables read them from the workspace of the last evaluation.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from enum import IntEnum
+
+import numba
+import numpy as np
+
+from ..attention import Weights
+from .expo import exp_inplace
+
+
+class Form(IntEnum):
+    """How the heads of a trajectory are applied: ``rows = X M_h``."""
+
+    DIAGONAL = 0  # M_h diagonal (scalar and block heads): a scaling of columns
+    DENSE = 1  # one product with M_h
+    FACTORED = 2  # M_h = U_h diag(e_h) U_h^T of rank r < d/2: products through the factors
+
+
+# Heads of one trajectory. Arrays a form does not use are empty.
+#   diag (H, d), dense (H, d, d), u (H, d, r), ut (H, r, d), eig (H, r), values_t (H, d, d) = V_h^T
+Heads = namedtuple("Heads", "form diag dense u ut eig values_t shared")
+
+# Buffers of one trajectory, reused by every evaluation. After ``field`` they hold
+# that evaluation's intermediate results, which ``measure`` reads.
+#   xt (d, n)      X^T
+#   y (H, n, d)    rows y^h_j = M_h x_j
+#   z, zl (H, n, r), zt (H, r, n), wz (n, r)   factored heads: Z = X U_h, ZL = Z diag(e_h)
+#   w (H, n, n)    weights w^h_ij (scores before ``attention_weights``)
+#   sraw (H, n, n) raw scores s^h_ij (kept only when asked)
+#   rowmax, rowsum (H, n)  softmax shift m_i and normaliser Z_i (see ``attention_weights``)
+#   f (H, n, d)    head outputs f^h_i;  v (n, d) velocity before projection;  xv (n, d) X V_h^T
+#   bits (n n,)    scratch of ``exp_inplace``
+Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv bits")
+
+
+@numba.njit(cache=True)
+def workspace(n, d, H, r, keep_scores, separate_values):
+    return Workspace(
+        np.empty((d, n)), np.empty((H, n, d)), np.empty((H, n, r)), np.empty((H, n, r)),
+        np.empty((H, r, n)), np.empty((n, r)), np.empty((H, n, n)),
+        np.empty((H, n, n)) if keep_scores else np.empty((0, 0, 0)),
+        np.zeros((H, n)), np.zeros((H, n)), np.empty((H, n, d)), np.empty((n, d)),
+        np.empty((n, d)) if separate_values else np.empty((0, 0)), np.empty(n * n, np.int64),
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def lane_sum(a):
+    """Sum of a 1-d array in eight interleaved lanes, then the lanes in order.
+
+    A fixed order, so the result is the same on every machine, and eight
+    independent chains instead of one (a plain loop waits on each add).
+    """
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    m = a.size - a.size % 8
+    for j in range(0, m, 8):
+        s0 += a[j]
+        s1 += a[j + 1]
+        s2 += a[j + 2]
+        s3 += a[j + 3]
+        s4 += a[j + 4]
+        s5 += a[j + 5]
+        s6 += a[j + 6]
+        s7 += a[j + 7]
+    total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    for j in range(m, a.size):
+        total += a[j]
+    return total
+
+
+@numba.njit(cache=True, inline="always")
+def lane_max(a):
+    """Largest entry of a non-empty 1-d array, in eight lanes (see ``lane_sum``)."""
+    m = a.size - a.size % 8
+    if m == 0:
+        top = a[0]
+        for j in range(1, a.size):
+            top = max(top, a[j])
+        return top
+    s0, s1, s2, s3, s4, s5, s6, s7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+    for j in range(8, m, 8):
+        s0 = max(s0, a[j])
+        s1 = max(s1, a[j + 1])
+        s2 = max(s2, a[j + 2])
+        s3 = max(s3, a[j + 3])
+        s4 = max(s4, a[j + 4])
+        s5 = max(s5, a[j + 5])
+        s6 = max(s6, a[j + 6])
+        s7 = max(s7, a[j + 7])
+    top = max(max(max(s0, s1), max(s2, s3)), max(max(s4, s5), max(s6, s7)))
+    for j in range(m, a.size):
+        top = max(top, a[j])
+    return top
+
+
+@numba.njit(cache=True, inline="always")
+def attention_weights(kind, s, beta, rowmax, rowsum, bits):
+    """Turn the scores ``s`` (n, n) into weights in place (MODEL.md's table).
+
+    softmax: ``exp(beta (s_ij - m_i)) / Z_i`` with ``m_i`` the row maximum (no
+    overflow) and ``Z_i`` the row sum, both kept in ``rowmax``/``rowsum``; exp:
+    ``exp(beta s_ij)`` (``Cell`` bounds ``beta ||M_h||``), ``Z_i`` kept; relu:
+    ``max(beta s_ij, 0) / n``. Whole-matrix passes, so each loop is long
+    enough to vectorise.
+    """
+    n = s.shape[0]
+    if kind == Weights.RELU:
+        inv_n = 1.0 / n
+        for i in range(n):
+            for j in range(n):
+                s[i, j] = max(beta * s[i, j], 0.0) * inv_n
+        return
+    if kind == Weights.SOFTMAX:
+        for i in range(n):
+            m = lane_max(s[i])
+            rowmax[i] = m
+            for j in range(n):
+                s[i, j] = beta * (s[i, j] - m)
+    else:  # Weights.EXP
+        for i in range(n):
+            rowmax[i] = 0.0
+            for j in range(n):
+                s[i, j] = beta * s[i, j]
+    exp_inplace(s.ravel(), bits)
+    for i in range(n):
+        total = lane_sum(s[i])
+        rowsum[i] = total
+        if kind == Weights.SOFTMAX:
+            inv = 1.0 / total
+            for j in range(n):
+                s[i, j] *= inv
+
+
+@numba.njit(cache=True, inline="always")
+def transpose_into(x, xt):
+    n, d = x.shape
+    for i in range(n):
+        for k in range(d):
+            xt[k, i] = x[i, k]
+
+
+@numba.njit(cache=True, inline="always")
+def head_rows(x, hd, h, ws):
+    """``y^h_j = M_h x_j`` for every token into ``ws.y[h]`` (the factored form goes through Z)."""
+    n, d = x.shape
+    y = ws.y[h]
+    if hd.form == Form.DIAGONAL:
+        for j in range(n):
+            for k in range(d):
+                y[j, k] = x[j, k] * hd.diag[h, k]
+    elif hd.form == Form.DENSE:
+        np.dot(x, hd.dense[h], y)
+    else:
+        np.dot(ws.zl[h], hd.ut[h], y)
+
+
+@numba.njit(cache=True)
+def field(x, out, hd, kind, beta, over_n, spherical, keep_scores, need_rows, ws):
+    """Write ``dx/dt`` at ``x`` (n, d) into ``out``; intermediate results stay in ``ws``.
+
+    ``keep_scores`` keeps the raw scores in ``ws.sraw``; ``need_rows`` makes sure
+    ``ws.y`` holds the rows ``M_h x_j`` also for factored heads (both for the
+    observables).
+    """
+    n, d = x.shape
+    H = ws.f.shape[0]
+    transpose_into(x, ws.xt)
+    v = ws.v
+    v[:] = 0.0
+    for h in range(H):
+        s = ws.w[h]
+        if hd.form == Form.FACTORED:
+            r = hd.eig.shape[1]
+            z, zl, zt = ws.z[h], ws.zl[h], ws.zt[h]
+            np.dot(x, hd.u[h], z)
+            for j in range(n):
+                for k in range(r):
+                    zl[j, k] = z[j, k] * hd.eig[h, k]
+                    zt[k, j] = z[j, k]
+            np.dot(zl, zt, s)  # s_ij = <x_i, M_h x_j> = z_i^T diag(e) z_j
+            if need_rows:
+                head_rows(x, hd, h, ws)
+        else:
+            head_rows(x, hd, h, ws)
+            np.dot(ws.y[h], ws.xt, s)  # s_ij = <M_h x_i, x_j>
+        if keep_scores:
+            ws.sraw[h][:, :] = s
+        attention_weights(kind, s, beta, ws.rowmax[h], ws.rowsum[h], ws.bits)
+        f = ws.f[h]
+        if not hd.shared:
+            np.dot(x, hd.values_t[h], ws.xv)  # rows V_h x_j
+            np.dot(s, ws.xv, f)
+        elif hd.form == Form.FACTORED:
+            np.dot(s, ws.zl[h], ws.wz)
+            np.dot(ws.wz, hd.ut[h], f)
+        else:
+            np.dot(s, ws.y[h], f)
+        v += f
+    if over_n:
+        v *= 1.0 / n
+    for i in range(n):
+        radial = 0.0
+        if spherical:
+            for k in range(d):
+                radial += v[i, k] * x[i, k]
+        for k in range(d):
+            out[i, k] = v[i, k] - radial * x[i, k]

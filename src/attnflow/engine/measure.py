@@ -1,0 +1,272 @@
+"""Observables of one trajectory at one sample, compiled (MODEL.md, "Observables").
+
+``measure`` runs right after ``field`` evaluated the velocity at the sample, and
+reuses what that evaluation left in the workspace: the weights, the rows
+``M_h x_j``, the head outputs ``f^h_i``, the softmax shift and normaliser.
+Exponentials of the scores are recovered from the softmax parts
+(``exp(beta s_ij) = Z_i e^{beta m_i} p_ij``) instead of being taken again.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from enum import IntEnum
+
+import numba
+import numpy as np
+
+from ..attention import Weights
+from .expo import exp_inplace
+from .field import transpose_into
+
+
+class Group(IntEnum):
+    """Index of each observable group in the engine's ``want`` flags (``observables.GROUPS``)."""
+
+    COSINES = 0
+    CLUSTERS = 1
+    VELOCITY = 2
+    ENERGY = 3
+    RADIAL = 4
+    ENTROPY = 5
+    POSITIONS = 6
+
+
+class Metric(IntEnum):
+    """Clustering criteria (``Cell.cluster_metric``)."""
+
+    EPSILON = 0  # 1 - gamma_min <= threshold
+    GAMMA_MEAN = 1  # gamma_mean >= threshold
+
+
+# Output arrays of the batch, (B, T, ...) each, empty when their group is off.
+Outputs = namedtuple(
+    "Outputs",
+    "gamma_mean gamma_min cluster_count kinetic gamma_mean_rate energy energy_rate radial_shadow "
+    "tangential_power rd_margin rd_margin_sufficient entropy entropy_rate x",
+)
+
+# Scratch of one trajectory's measurements.
+Scratch = namedtuple("Scratch", "gram p py sdot fnorm radial parent")
+
+
+@numba.njit(cache=True)
+def scratch(n, d, H):
+    return Scratch(np.empty((n, n)), np.empty((n, n)), np.empty((n, d)), np.empty((n, n)),
+                   np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64))
+
+
+@numba.njit(cache=True)
+def gamma_mean(x):
+    """Mean of ``<x_i, x_j>`` over pairs ``i < j``, as ``(|sum x|^2 - sum |x_i|^2) / (n (n-1))``."""
+    n, d = x.shape
+    total_sq, self_sq = 0.0, 0.0
+    for k in range(d):
+        col = 0.0
+        for i in range(n):
+            col += x[i, k]
+            self_sq += x[i, k] * x[i, k]
+        total_sq += col * col
+    return (total_sq - self_sq) / (n * (n - 1))
+
+
+@numba.njit(cache=True)
+def gram_min(x, xt, gram):
+    """``gram = X X^T``; returns the smallest off-diagonal entry."""
+    np.dot(x, xt, gram)
+    n = x.shape[0]
+    low = np.inf
+    for i in range(n):
+        for j in range(i + 1, n):
+            low = min(low, gram[i, j])
+    return low
+
+
+@numba.njit(cache=True)
+def criterion_value(x, xt, gram, metric, threshold):
+    """The clustering metric at ``x``: epsilon = 1 - gamma_min, or gamma_mean.
+
+    For epsilon, ``1 - gamma_mean`` is a lower bound (the minimum is at most the
+    mean): while it is above ``threshold`` the criterion cannot hold and the
+    O(n^2 d) Gram matrix is skipped.
+    """
+    mean = gamma_mean(x)
+    if metric == Metric.EPSILON:
+        if 1.0 - mean > threshold:
+            return 1.0 - mean
+        transpose_into(x, xt)
+        return 1.0 - gram_min(x, xt, gram)
+    return mean
+
+
+@numba.njit(cache=True)
+def _find(parent, i):
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+@numba.njit(cache=True)
+def count_clusters(gram, level, parent):
+    """Connected components of the graph with an edge where ``gram_ij >= level`` (union-find)."""
+    n = gram.shape[0]
+    for i in range(n):
+        parent[i] = i
+    count = n
+    for i in range(n):
+        for j in range(i + 1, n):
+            if gram[i, j] >= level:
+                a, b = _find(parent, i), _find(parent, j)
+                if a != b:
+                    parent[a] = b
+                    count -= 1
+    return count
+
+
+@numba.njit(cache=True)
+def _softmax_parts(kind, h, beta, ws, sc):
+    """Row-stochastic ``p`` with ``exp(beta s_ij) = Z_i e^{beta m_i} p_ij``; returns p (m, Z in ws)."""
+    if kind == Weights.SOFTMAX:
+        return ws.w[h]
+    n = ws.w.shape[1]
+    p = sc.p
+    if kind == Weights.EXP:  # the weights are exp(beta s): p = w / Z, m = 0
+        for i in range(n):
+            inv = 1.0 / ws.rowsum[h, i]
+            for j in range(n):
+                p[i, j] = ws.w[h, i, j] * inv
+        return p
+    s = ws.sraw[h]  # relu weights carry no exponentials: take them from the raw scores
+    for i in range(n):
+        m = s[i, 0]
+        for j in range(1, n):
+            m = max(m, s[i, j])
+        row = p[i]
+        for j in range(n):
+            row[j] = beta * (s[i, j] - m)
+        exp_inplace(row, ws.bits)
+        total = 0.0
+        for j in range(n):
+            total += row[j]
+        inv = 1.0 / total
+        for j in range(n):
+            row[j] *= inv
+        ws.rowmax[h, i] = m
+        ws.rowsum[h, i] = total
+    return p
+
+
+@numba.njit(cache=True)
+def measure(x, xdot, want, kind, beta, shared_rows, cluster_level, ws, sc, out, b, t):
+    """Write the wanted observables of state ``x`` (velocity ``xdot``) into ``out[...][b, t]``.
+
+    ``ws`` must hold the evaluation of the field at ``x`` (with raw scores and
+    rows) when a group needing the velocity is wanted. ``shared_rows``: the head
+    outputs are ``W_h`` times the rows ``M_h x_j`` (value alignment), so
+    ``sum_j exp(beta s_ij) M_h x_j`` follows from ``f`` without a product.
+    Returns the largest ``| ||x_i|| - 1 |``.
+    """
+    n, d = x.shape
+    H = ws.f.shape[0]
+    drift = 0.0
+    for i in range(n):
+        norm = 0.0
+        for k in range(d):
+            norm += x[i, k] * x[i, k]
+        drift = max(drift, abs(np.sqrt(norm) - 1.0))
+
+    out.gamma_mean[b, t] = gamma_mean(x)
+    if want[Group.COSINES] or want[Group.CLUSTERS]:
+        if not want[Group.VELOCITY] and not want[Group.ENERGY] and not want[Group.RADIAL] \
+                and not want[Group.ENTROPY]:
+            transpose_into(x, ws.xt)  # otherwise the field evaluation at x left it there
+        out.gamma_min[b, t] = gram_min(x, ws.xt, sc.gram)
+    if want[Group.CLUSTERS]:
+        out.cluster_count[b, t] = count_clusters(sc.gram, cluster_level, sc.parent)
+    if want[Group.POSITIONS]:
+        out.x[b, t] = x
+
+    if want[Group.VELOCITY]:
+        kinetic, self_rate = 0.0, 0.0
+        for i in range(n):
+            for k in range(d):
+                kinetic += xdot[i, k] * xdot[i, k]
+                self_rate += xdot[i, k] * x[i, k]
+        cross = 0.0
+        for k in range(d):
+            sx, sv = 0.0, 0.0
+            for i in range(n):
+                sx += x[i, k]
+                sv += xdot[i, k]
+            cross += sx * sv
+        out.kinetic[b, t] = kinetic / n
+        # d/dt sum_{i<j} <x_i, x_j> = <sum xdot, sum x> - sum_i <xdot_i, x_i>
+        out.gamma_mean_rate[b, t] = 2.0 * (cross - self_rate) / (n * (n - 1))
+
+    if want[Group.ENERGY] or want[Group.ENTROPY]:
+        for h in range(H):
+            p = _softmax_parts(kind, h, beta, ws, sc)
+            m, z = ws.rowmax[h], ws.rowsum[h]
+            if want[Group.ENERGY]:
+                # g_i = sum_j exp(beta s_ij) M_h x_j = c_i (P Y)_i with c_i = Z_i e^{beta m_i}.
+                # With value alignment f = P Y (softmax), or f = W Y = g itself (exp weights).
+                exp_weights_are_g = shared_rows and kind == Weights.EXP
+                if shared_rows and (kind == Weights.SOFTMAX or kind == Weights.EXP):
+                    py = ws.f[h]
+                else:
+                    np.dot(p, ws.y[h], sc.py)
+                    py = sc.py
+                energy, rate = 0.0, 0.0
+                for i in range(n):
+                    c = z[i] * np.exp(beta * m[i])
+                    energy += c
+                    dot = 0.0
+                    for k in range(d):
+                        dot += xdot[i, k] * py[i, k]
+                    rate += dot if exp_weights_are_g else c * dot
+                out.energy[b, t, h] = energy / (2.0 * beta * n * n)
+                out.energy_rate[b, t, h] = rate / (n * n)
+            if want[Group.ENTROPY]:
+                s = ws.sraw[h]
+                np.dot(xdot, ws.y[h].T, sc.sdot)  # C_ij = <xdot_i, y_j>; ds_ij/dt = C_ij + C_ji
+                for i in range(n):
+                    mean_s, shifted = 0.0, 0.0
+                    for j in range(n):
+                        mean_s += p[i, j] * s[i, j]
+                        shifted += p[i, j] * (s[i, j] - m[i])
+                    cov = 0.0
+                    for j in range(n):
+                        cov += p[i, j] * (s[i, j] - mean_s) * (sc.sdot[i, j] + sc.sdot[j, i])
+                    # H_i = -sum_j p log p = log Z_i - beta sum_j p_ij (s_ij - m_i)
+                    out.entropy[b, t, h, i] = np.log(z[i]) - beta * shifted
+                    out.entropy_rate[b, t, h, i] = -beta * beta * cov
+
+    if want[Group.RADIAL]:
+        for h in range(H):
+            f = ws.f[h]
+            for i in range(n):
+                a, norm2 = 0.0, 0.0
+                for k in range(d):
+                    a += f[i, k] * x[i, k]
+                    norm2 += f[i, k] * f[i, k]
+                sc.radial[h, i] = a
+                sc.fnorm[h, i] = np.sqrt(norm2)
+        for h in range(H):
+            f = ws.f[h]
+            for i in range(n):
+                a = sc.radial[h, i]
+                tangential = 0.0
+                for k in range(d):
+                    u = f[i, k] - a * x[i, k]
+                    tangential += u * u
+                others, largest = 0.0, 0.0
+                for g in range(H):
+                    if g != h:
+                        others += sc.radial[g, i]
+                        largest = max(largest, sc.fnorm[g, i])
+                out.radial_shadow[b, t, h, i] = a
+                out.tangential_power[b, t, h, i] = tangential
+                out.rd_margin[b, t, h, i] = tangential - a * others
+                out.rd_margin_sufficient[b, t, h, i] = tangential - (H - 1) * abs(a) * largest
+    return drift

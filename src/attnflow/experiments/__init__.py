@@ -1,0 +1,172 @@
+"""Experiments: one module each, the only place an experiment is defined.
+
+An experiment module defines ``EXPERIMENT``, an instance of a subclass of
+``Experiment`` that declares the question (theorem), the grid axes its figure
+needs, the observables its reduction reads, its default config block, the
+per-store reduction, the derivation across cells, the figure and the report
+caption. The registry is built from the modules of this package plus any
+module a config names under ``experiment_modules``; validation, the schema, the
+workflow, the docs and the figures all read it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import pkgutil
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+import xarray as xr
+
+from ..cell import _DEFAULTS as CELL_DEFAULTS
+from ..registry import Registry
+
+
+class ConfigError(ValueError):
+    """A sweep config that cannot run; the message names the key and value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """A cell field the figure is drawn over (from the grid, or one value from ``fixed``)."""
+
+    name: str
+    min_values: int = 1  # the figure needs at least this many values
+    required: tuple = ()  # values that must be among them
+    why: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """An experiment's resolved config block: every cell field not on the grid, the grid, the batches."""
+
+    name: str
+    fixed: dict  # every cell field except the grid axes (config defaults, experiment, fixed)
+    grid: dict  # axis -> list of values
+    batch_over: tuple[str, ...]
+
+    def values(self, axis: str) -> list:
+        """The values of a cell field: its grid values, or its one fixed value."""
+        return list(self.grid[axis]) if axis in self.grid else [self.fixed[axis]]
+
+    def to_json(self) -> str:
+        return json.dumps({"fixed": self.fixed, "grid": self.grid, "batch_over": list(self.batch_over)},
+                          sort_keys=True)
+
+    @classmethod
+    def from_json(cls, name: str, text: str) -> Spec:
+        block = json.loads(text)
+        return cls(name, block["fixed"], block["grid"], tuple(block["batch_over"]))
+
+
+class Experiment:
+    """Base of every experiment; subclasses set the class attributes and the four methods."""
+
+    name: ClassVar[str]
+    theorem: ClassVar[str]  # e.g. "Thm 19"
+    question: ClassVar[str]  # what the experiment answers, in a sentence or two
+    axes: ClassVar[tuple[Axis, ...]]  # what the figure is drawn over
+    observables: ClassVar[tuple[str, ...]]  # groups the reduction reads (added to every cell)
+    defaults: ClassVar[dict]  # the default config block: fixed, grid, batch_over
+    caption: ClassVar[str]  # report caption
+    reading: ClassVar[str]  # how to read the figure, for docs/experiments.md
+
+    # --- configuration -------------------------------------------------------------------------
+    def spec(self, block: dict | None, defaults: dict | None = None) -> Spec:
+        """Resolve a config block over the experiment's defaults, the config's and the cell's.
+
+        ``fixed`` merges key by key, each level over the next: the block's
+        ``fixed``, the config's ``defaults``, ``self.defaults["fixed"]``,
+        ``Cell``'s own defaults. ``grid`` and ``batch_over``, when given, replace
+        the experiment's. The cells record the groups in
+        ``self.observables`` on top of any the config asks for.
+        """
+        block = dict(block or {})
+        grid = {axis: list(values) for axis, values in
+                (block["grid"] if "grid" in block else self.defaults.get("grid", {})).items()}
+        if "batch_over" in block:
+            batch_over = block["batch_over"] or ()
+        else:  # the experiment's choice, for the axes this grid has
+            batch_over = [a for a in self.defaults.get("batch_over", ()) if a in grid]
+        given = {**copy.deepcopy(self.defaults.get("fixed", {})), **(defaults or {}),
+                 **(block.get("fixed") or {})}
+        fixed = {**CELL_DEFAULTS, **given}
+        fixed["observables"] = list(dict.fromkeys([*given.get("observables", ()), *self.observables]))
+        fixed["seeds"] = fixed["seeds"] if isinstance(fixed["seeds"], int) else list(fixed["seeds"])
+        for axis in grid:
+            fixed.pop(axis, None)
+        return Spec(self.name, fixed, grid, tuple(batch_over))
+
+    def check(self, spec: Spec) -> None:
+        """Refuse a spec the figure cannot be drawn from; ``ConfigError`` naming the experiment and key.
+
+        The base checks ``axes``; subclasses may add checks (call ``super().check``).
+        """
+        for axis in self.axes:
+            values = spec.values(axis.name)
+            where = f"experiments.{self.name}.{'grid' if axis.name in spec.grid else 'fixed'}.{axis.name}"
+            why = f" ({axis.why})" if axis.why else ""
+            if len(values) < axis.min_values:
+                raise ConfigError(f"{where} = {values!r}: the {self.name} figure needs at least "
+                                  f"{axis.min_values} values{why}")
+            for value in axis.required:
+                if value not in values:
+                    raise ConfigError(f"{where} = {values!r}: the {self.name} figure needs "
+                                      f"{value!r} among them{why}")
+
+    # --- data ----------------------------------------------------------------------------------
+    def reduce(self, ds: xr.Dataset) -> xr.Dataset:
+        """One store -> the few quantities per cell the figure needs (runs as one dask task)."""
+        raise NotImplementedError
+
+    def derive(self, summary: xr.Dataset, spec: Spec) -> xr.Dataset:
+        """Quantities across cells: thresholds, fits, closed forms on the same grid."""
+        return summary
+
+    # --- figure --------------------------------------------------------------------------------
+    def plot(self, summary: xr.Dataset, spec: Spec):
+        """The figure (a matplotlib Figure) from the summary and the spec it was built from."""
+        raise NotImplementedError
+
+    def with_axes(self, summary: xr.Dataset, spec: Spec) -> xr.Dataset:
+        """The summary with every figure axis as a dimension (a fixed one gets length 1)."""
+        for axis in self.axes:
+            if axis.name not in summary.dims:
+                if axis.name in summary.coords:
+                    summary = summary.drop_vars(axis.name)
+                summary = summary.expand_dims({axis.name: spec.values(axis.name)})
+        return summary
+
+    def describe_fixed(self, spec: Spec, keys: Sequence[str]) -> str:
+        """``key=value`` for the fixed fields among ``keys`` (for titles)."""
+        return ", ".join(f"{k}={spec.fixed[k]}" for k in keys if k in spec.fixed)
+
+
+def _module_experiments(module_names: Iterable[str]) -> list[Experiment]:
+    found = []
+    for module_name in module_names:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise ConfigError(f"experiment_modules: cannot import {module_name!r}: {err}") from None
+        experiment = getattr(module, "EXPERIMENT", None)
+        if not isinstance(experiment, Experiment):
+            raise ConfigError(f"experiment_modules: {module_name!r} defines no EXPERIMENT "
+                              "(an attnflow.experiments.Experiment instance)")
+        found.append(experiment)
+    return found
+
+
+def builtin_modules() -> list[str]:
+    return [f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
+
+
+def registry(extra_modules: Iterable[str] = ()) -> Registry[Experiment]:
+    """Every built-in experiment, then those of ``extra_modules`` (importable module names)."""
+    return Registry("experiment", _module_experiments([*builtin_modules(), *extra_modules]))
+
+
+__all__ = ["Axis", "ConfigError", "Experiment", "Spec", "builtin_modules", "registry"]

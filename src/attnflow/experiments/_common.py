@@ -1,0 +1,49 @@
+"""Reductions shared by several experiments."""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+# A per-head rate counts as negative below -1e-9 of the run's largest |rate|:
+# far above the round-off of sums of O(scale) terms (~1e-15), far below the
+# violations Thm 16-17 produces (percents of the scale).
+SIGN_RTOL = 1e-9
+
+
+def all_heads_monotone(ds: xr.Dataset) -> xr.DataArray:
+    """(seed, time): every per-head energy rate is non-negative (to round-off)."""
+    scale = abs(ds.energy_rate).max(("time", "head"))
+    return (ds.energy_rate >= -SIGN_RTOL * scale).all("head")
+
+
+def before_cluster(ds: xr.Dataset) -> xr.DataArray:
+    """Mask (seed, time): samples up to ``t_cluster`` (the whole run when censored)."""
+    horizon = ds.t_cluster.fillna(ds.time[-1])
+    return ds.time <= horizon
+
+
+def wilson_interval(successes, trials, z: float = 1.96):
+    """Wilson score interval of a binomial proportion (95% by default): (low, high)."""
+    successes = np.asarray(successes, dtype=float)
+    trials = np.asarray(trials, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = successes / trials
+        denom = 1.0 + z * z / trials
+        centre = (p + z * z / (2 * trials)) / denom
+        half = z * np.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return centre - half, centre + half
+
+
+def t_interval(values: np.ndarray, axis: int = -1, level: float = 0.95):
+    """Mean and half-width of the Student-t confidence interval over ``axis`` (NaNs ignored)."""
+    from scipy import stats
+
+    values = np.asarray(values, dtype=float)
+    count = np.sum(np.isfinite(values), axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.nanmean(values, axis=axis) if values.size else np.nan
+        sd = np.nanstd(values, axis=axis, ddof=1)
+        half = stats.t.ppf(0.5 + level / 2, np.maximum(count - 1, 1)) * sd / np.sqrt(count)
+    half = np.where(count >= 2, half, np.nan)
+    return mean, half

@@ -1,0 +1,58 @@
+"""Figure helpers shared by the experiments, and ``render``: summary -> PNG and PDF with provenance."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import seaborn as sns  # noqa: E402
+import xarray as xr  # noqa: E402
+
+from .experiments import Spec, registry  # noqa: E402
+
+sns.set_theme(context="paper", style="whitegrid")
+
+
+def log_ticks(ax, axis: str, values) -> None:
+    """Log axis with ticks at the grid values, written plainly."""
+    values = [float(v) for v in values]
+    set_scale, set_ticks = (ax.set_xscale, ax.set_xticks) if axis == "x" else (ax.set_yscale, ax.set_yticks)
+    set_scale("log")
+    set_ticks(values, [f"{v:g}" for v in values])
+    ax.minorticks_off()
+
+
+def log_edges(values) -> np.ndarray:
+    """Cell edges for a heatmap over log-spaced ``values``: geometric midpoints, extended at the ends."""
+    v = np.log(np.asarray(values, dtype=float))
+    if v.size == 1:
+        return np.exp(np.array([v[0] - 0.5, v[0] + 0.5]))
+    mid = 0.5 * (v[1:] + v[:-1])
+    return np.exp(np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]]))
+
+
+def spec_of(summary: xr.Dataset) -> Spec:
+    """The experiment spec a summary was built from (its attrs), never the live config."""
+    return Spec.from_json(summary.attrs["experiment"], summary.attrs["experiment_spec"])
+
+
+def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()) -> None:
+    """Draw the summary's experiment figure and save it to every path in ``outputs`` (PNG, PDF).
+
+    The files carry their provenance in their metadata: experiment, summary
+    store, config digest and package version.
+    """
+    name = summary.attrs["experiment"]
+    experiment = registry(experiment_modules).get(name)
+    fig = experiment.plot(summary, spec_of(summary))
+    provenance = (f"attnflow {summary.attrs.get('attnflow_version', '?')}; experiment {name}; "
+                  f"summary {source}; config sha256 {summary.attrs.get('config_sha256', '?')}")
+    for path in outputs:
+        if str(path).endswith(".pdf"):
+            meta = {"Title": f"attnflow {name}", "Subject": provenance, "Creator": "attnflow"}
+        else:
+            meta = {"Title": f"attnflow {name}", "Description": provenance, "Software": "attnflow"}
+        fig.savefig(path, dpi=150, bbox_inches="tight", metadata=meta)
+    plt.close(fig)

@@ -1,0 +1,108 @@
+"""What a simulation job asks the cluster for: memory and runtime from a measured cost model.
+
+Memory counts everything a job holds at its peak, the write of its largest
+store: the interpreter and libraries with the compiled kernels loaded
+(measured), the recorded observables (from their declarations), the heads, the
+engine's per-thread buffers, and the encoded copy zarr makes while writing.
+Runtime counts field evaluations (steps grow with the stiffness beta ||M_h||,
+and exponentially for unnormalised usa weights) times their floating-point
+work, at a throughput measured on the engine benchmark, plus start-up.
+Both are checked against measured peaks and runtimes of the largest cell of
+each shipped config (tests/test_resources.py); a retry asks for more
+(``attempt``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from .cell import Cell
+from .heads import HEADS
+from .observables import GROUPS, variables
+
+# Measured: peak RSS of a job simulating a tiny cell: 250 MB with the compiled
+# kernels cached, 470 MB when it compiles them (LLVM), as a fresh node does.
+BASELINE_MB = 550
+# A job's peak over its largest cell's arrays: the arrays themselves, the Dataset
+# that wraps them (no copy), and zarr's encoded buffers while writing (<= 1x).
+ARRAY_FACTOR = 2.5
+# Measured engine throughput on one core (tests/test_resources.py keeps the
+# estimate above the measured runtime): dense products run at 20-45 GFLOP/s;
+# small fields are dominated by ~2 us of fixed cost per evaluation.
+FLOPS_PER_SECOND = 1.0e10
+SECONDS_PER_CALL = 5e-6
+# Interpreter and imports (~2 s), plus compiling the kernels on a node without
+# numba's cache (measured 30-45 s).
+STARTUP_SECONDS = 90.0
+SAFETY = 3.0
+MIN_MINUTES = 5
+
+
+def head_entries(cell: Cell) -> int:
+    """Numbers per seed that describe the heads, in the structure's representation."""
+    form = HEADS.get(cell.heads).form
+    if form == "diagonal":
+        return cell.H * cell.d
+    return cell.H * cell.d * cell.d
+
+
+def cell_bytes(cell: Cell) -> int:
+    """Bytes of the arrays one cell's simulation holds: observables, heads, buffers."""
+    sizes = {"head": cell.H, "token": cell.n, "dim": cell.d}
+    per_sample = sum(int(np.prod([sizes[d] for d in v.dims], dtype=np.int64)) * np.dtype(v.dtype).itemsize
+                     for v in variables(cell.observables))
+    observables = cell.n_seeds * cell.n_samples * per_sample
+    heads = 3 * cell.n_seeds * head_entries(cell) * 8  # built per seed, stacked, stored
+    buffers = 2 * (4 * cell.H * cell.n * cell.n + 8 * cell.H * cell.n * cell.d) * 8  # two threads
+    return int(observables + heads + buffers)
+
+
+def memory_mb(cells: Iterable[Cell], attempt: int = 1) -> int:
+    """Peak memory request of a job simulating ``cells`` (one after another), doubled per retry."""
+    worst = max((cell_bytes(c) for c in cells), default=0)
+    return int((BASELINE_MB + ARRAY_FACTOR * worst / 2**20) * 2 ** (attempt - 1)) + 1
+
+
+def stiffness(cell: Cell) -> float:
+    """Relative step count: ``1 + beta ||M||``, or ``e^{beta ||M||} / 10`` for usa when larger.
+
+    Measured: 12,000 steps at beta ||M|| = 8 for usa against 40 for softmax.
+    """
+    scale = cell.beta * cell.max_score_norm
+    factor = 1.0 + scale
+    if cell.attention == "usa":
+        factor = max(factor, float(np.exp(min(scale, 50.0))) / 10.0)
+    return factor
+
+
+def steps(cell: Cell) -> float:
+    """An upper estimate of a trajectory's accepted steps.
+
+    A 5th-order method takes ~rtol^(-1/5) steps per unit of variation; the flow's
+    variation is front-loaded (clustering, then exponential convergence), so the
+    count grows like log t_max, times the stiffness. Fitted above the steps
+    measured over the default config's 435 cells (2 to 44,000 steps; at least 1.2x
+    each, 5x at the median).
+    """
+    return 50.0 * (1e-6 / cell.rtol) ** 0.2 * (1.0 + np.log1p(cell.t_max)) * stiffness(cell)
+
+
+def cell_seconds(cell: Cell) -> float:
+    """Expected compute time of one cell (no margin)."""
+    rows = 2 * cell.n * cell.d * cell.d if HEADS.get(cell.heads).form != "diagonal" else cell.n * cell.d
+    flops = cell.H * (rows + 4 * cell.n * cell.n * cell.d)
+    per_call = flops / FLOPS_PER_SECOND + SECONDS_PER_CALL
+    sampled = any(GROUPS.get(g).needs_velocity for g in cell.observables)
+    calls = 6.0 * steps(cell) + (cell.n_samples if sampled else 0) + 2
+    return cell.n_seeds * calls * per_call
+
+
+def runtime_minutes(cells: Iterable[Cell], attempt: int = 1) -> int:
+    """Wall-time request of a job, in minutes: ``SAFETY`` x the model plus start-up, doubled per retry."""
+    seconds = STARTUP_SECONDS + SAFETY * sum(cell_seconds(c) for c in cells)
+    return max(MIN_MINUTES, int(np.ceil(seconds / 60.0))) * 2 ** (attempt - 1)
+
+
+__all__ = ["cell_bytes", "cell_seconds", "memory_mb", "runtime_minutes", "steps"]

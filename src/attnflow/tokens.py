@@ -1,0 +1,77 @@
+"""Initial token configurations (MODEL.md, "Initial configurations"): one declaration each."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from .registry import Registry
+from .streams import stream
+
+
+@dataclasses.dataclass(frozen=True)
+class Init:
+    name: str
+    draw: Callable  # (cell, seed) -> (n, d) unit rows
+    uses: tuple[str, ...]  # cell fields it reads besides n and d
+    description: str
+    check: Callable | None = None  # cell -> (field, why) or None
+    seeded: bool = False  # draws from the seed's random stream (else every seed starts alike)
+
+
+def _uniform(cell, seed):
+    x = stream(seed, "tokens").standard_normal((cell.n, cell.d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _orthogonal(cell, seed):
+    x = np.zeros((cell.n, cell.d))
+    x[:, : cell.n] = np.eye(cell.n)
+    return x
+
+
+def equiangular_tokens(n: int, d: int, gamma0: float) -> np.ndarray:
+    """Rows of the Cholesky factor of ``(1 - gamma0) I + gamma0 11^T``, padded to ``d`` columns."""
+    x = np.zeros((n, d))
+    gram = (1.0 - gamma0) * np.eye(n) + gamma0 * np.ones((n, n))
+    x[:, :n] = np.linalg.cholesky(gram)
+    # Rows of the Cholesky factor have unit norm up to round-off; make it exact.
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def typical_cosine(d: int) -> float:
+    """``1 / sqrt(d)``, the typical |cosine| between two uniform random tokens in ``d`` dimensions."""
+    return 1.0 / np.sqrt(d)
+
+
+def _needs_room(cell):
+    if cell.d < cell.n:
+        return "d", f"{cell.init} tokens need d >= n = {cell.n}"
+    return None
+
+
+def _equiangular_check(cell):
+    if cell.d < cell.n:
+        return "d", f"{cell.init} tokens need d >= n = {cell.n}"
+    if not -1.0 / (cell.n - 1) < cell.gamma0 < 1.0:
+        return "gamma0", f"the Gram matrix needs -1/(n-1) < gamma0 < 1 for n = {cell.n}"
+    return None
+
+
+INITS: Registry[Init] = Registry("init", [
+    Init("uniform", _uniform, (), "i.i.d. uniform on the sphere (seeded)", seeded=True),
+    Init("orthogonal", _orthogonal, (), "x_i = e_i (needs d >= n)", _needs_room),
+    Init("equiangular", lambda c, s: equiangular_tokens(c.n, c.d, c.gamma0), ("gamma0",),
+         "common pairwise cosine gamma0: Gram matrix (1 - gamma0) I + gamma0 11^T (needs d >= n)",
+         _equiangular_check),
+    Init("equiangular_typical", lambda c, s: equiangular_tokens(c.n, c.d, typical_cosine(c.d)), (),
+         "equiangular with gamma0 = 1/sqrt(d), the typical cosine of random tokens (Thm 25's start; "
+         "needs d >= n)", _needs_room),
+])
+
+
+def initial_tokens(cell, seed: int) -> np.ndarray:
+    """Initial positions on the unit sphere for one seed, shape ``(n, d)``."""
+    return INITS.get(cell.init).draw(cell, seed)

@@ -1,0 +1,73 @@
+"""Resource requests against measurement: the largest cell of each shipped config, run as a job would."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from sweep_helpers import ROOT, TINY, run, write_config
+
+from attnflow import resources
+from attnflow.config import load, validate
+
+pytestmark = pytest.mark.workflow
+
+CONFIGS = [ROOT / "config" / "config.yaml", ROOT / "config" / "paper.yaml", TINY]
+
+# A job's work on one cell, in a fresh interpreter: its peak RSS (MB) and its time.
+JOB = """
+import json, resource, sys, time
+start = time.perf_counter()
+from attnflow import Cell, simulate
+from attnflow.store import write
+cell = Cell(**json.loads(sys.argv[1]))
+write(simulate(cell), sys.argv[2])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - start)
+"""
+
+
+def _largest(path, key):
+    sweep = validate(load(path), reach_scheduler=False)
+    cells = [c for batch in sweep.batches.values() for c in batch]
+    return max(cells, key=key)
+
+
+def _run_cell(cell, tmp_path):
+    """Simulate and store one cell as a job does; (peak RSS MB, seconds including start-up)."""
+    proc = subprocess.run([sys.executable, "-c", JOB, json.dumps(cell.to_dict()), str(tmp_path / "s.zarr")],
+                          capture_output=True, text=True, check=True)
+    peak, seconds = proc.stdout.split()[-2:]
+    return float(peak), float(seconds)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_requests_cover_the_measured_peak_and_runtime(path, tmp_path):
+    # The largest cell by memory and the longest by the runtime model: one run if the same.
+    by_memory = _largest(path, resources.cell_bytes)
+    by_time = _largest(path, resources.cell_seconds)
+    for cell in dict.fromkeys([by_memory, by_time]):
+        peak_mb, seconds = _run_cell(cell, tmp_path)
+        assert resources.memory_mb([cell]) >= peak_mb, (cell, peak_mb)
+        assert resources.runtime_minutes([cell]) * 60 >= seconds, (cell, seconds)
+        # The model is within its safety margin of the measurement, not just generous.
+        assert resources.SAFETY * resources.cell_seconds(cell) + resources.STARTUP_SECONDS >= seconds
+
+
+def test_a_retry_asks_for_more():
+    sweep = validate(load(TINY), reach_scheduler=False)
+    cells = next(iter(sweep.batches.values()))
+    first, second = resources.memory_mb(cells, 1), resources.memory_mb(cells, 2)
+    assert second >= 2 * first - 1
+    assert resources.runtime_minutes(cells, 2) == 2 * resources.runtime_minutes(cells, 1)
+
+
+def test_the_rule_asks_for_the_model(tmp_path):
+    config = write_config(tmp_path)
+    out = run(tmp_path, config, "-n", "--printshellcmds").stdout
+    sweep = validate(load(config), reach_scheduler=False)
+    for batch, cells in sweep.batches.items():
+        block = out[out.index(f"batch={batch}"):][:600]
+        assert f"mem_mb={resources.memory_mb(cells, 1)}" in block
+        assert f"runtime={resources.runtime_minutes(cells, 1)}" in block
+    profile = (ROOT / "profiles" / "slurm" / "config.yaml").read_text()
+    assert "retries: 2" in profile
