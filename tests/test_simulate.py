@@ -21,9 +21,11 @@ def test_dataset_layout_and_metadata():
     for field, value in cell.to_dict().items():
         assert ds.attrs[f"cell_{field}"] == value
     assert ds.attrs["attnflow_version"] == attnflow.__version__
-    # Diagonal heads are stored as their diagonals: no d x d matrix per seed.
+    # Seeded heads are stored per seed; diagonal heads as their diagonals, once (they do not
+    # depend on the seed): no d x d matrix per seed.
+    assert ds.score_matrix.dims == ("seed", "head", "dim", "dim_col")
     scalar = simulate(cell.replace(heads="scalar"))
-    assert scalar.score_diagonal.dims == ("seed", "head", "dim") and "score_matrix" not in scalar
+    assert scalar.score_diagonal.dims == ("head", "dim") and "score_matrix" not in scalar
 
 
 def test_only_the_requested_observables_are_recorded():
@@ -73,8 +75,8 @@ def test_explicit_inputs_replace_generators_and_are_recorded(rng):
     ds = simulate(cell, x0=x0, score_matrices=m, value_matrices=v)
     # On the sphere explicit tokens are re-normalised: a change of an ulp or two.
     np.testing.assert_allclose(ds.x.isel(time=0).values, np.stack([x0, x0]), rtol=0, atol=5e-16)
-    np.testing.assert_array_equal(ds.score_matrix.isel(seed=1).values, m)
-    np.testing.assert_array_equal(ds.value_matrix.isel(seed=0).values, v)
+    np.testing.assert_array_equal(ds.score_matrix.values, m)  # shared by the seeds: stored once
+    np.testing.assert_array_equal(ds.value_matrix.values, v)
     assert ds.attrs["heads_source"] == "explicit" and ds.attrs["x0_source"] == "explicit"
 
 

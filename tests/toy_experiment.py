@@ -25,6 +25,10 @@ class ToyMargin(Experiment):
     }
     caption = "Sign of the sufficient margin at t = 0 against beta; dashed: beta*(H, n)."
     reading = "The sign flips at the dashed line."
+    refine_axis = "beta"
+
+    def refine_field(self, summary):
+        return summary.holds, 0.5
 
     def reduce(self, ds):
         margin = ds.rd_margin_sufficient.isel(time=0).min(("head", "token", "seed"))

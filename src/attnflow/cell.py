@@ -60,6 +60,14 @@ class Cell:
     attention: str = _doc("softmax", "attention type", _choices(ATTENTIONS))
     heads: str = _doc("scalar", "head structure (how M_h is built)", _choices(HEADS))
     delta: float = _doc(0.0, "operator norm of the perturbation (perturbed_block heads only)")
+    weights: str = _doc("", "BERT-style .safetensors file of a trained transformer, or 'minilm' (the "
+                        "packaged all-MiniLM-L6-v2): trained heads and embedding tokens")
+    layer: int = _doc(0, "layer of the weights file (trained heads)")
+    head_subset: Sequence[int] = _doc((), "heads of the layer to use (trained heads); empty: heads 0..H-1")
+    values: str = _doc("aligned", "V_h of trained heads: aligned (V_h = M_h) or trained (W_O^h W_V^h)",
+                       ("aligned", "trained"))
+    model_heads: int = _doc(0, "heads per layer in the weights file; 0: num_attention_heads of the "
+                            "config.json beside it")
     lambda_dist: str = _doc("equal", "distribution of the head strengths lambda_h", _choices(STRENGTHS))
     lambda_bar: float = _doc(1.0, "mean head strength; the total is Lambda = H lambda_bar")
     spread: float = _doc(0.0, "spread s in [0, 1) of the linear distribution (linear only)")
@@ -96,7 +104,8 @@ class Cell:
             if f.type == "str" and choices is not None and value not in choices:
                 _fail(f.name, value, f"must be one of {', '.join(choices)}")
         _normalise_numbers(self)
-        for name, minimum in (("H", 1), ("n", 2), ("d", 1), ("n_samples", 2), ("max_steps", 1)):
+        for name, minimum in (("H", 1), ("n", 2), ("d", 1), ("n_samples", 2), ("max_steps", 1), ("layer", 0),
+                              ("model_heads", 0)):
             if getattr(self, name) < minimum:
                 _fail(name, getattr(self, name), f"must be >= {minimum}")
         for name in ("beta", "lambda_bar", "concentration", "t_max", "atol"):
@@ -104,6 +113,7 @@ class Cell:
                 _fail(name, getattr(self, name), "must be > 0")
         object.__setattr__(self, "seeds", _normalise_seeds(self.seeds))
         object.__setattr__(self, "observables", _normalise_groups(self.observables))
+        object.__setattr__(self, "head_subset", _normalise_subset(self.head_subset))
         self._canonicalise()
 
         if self.delta < 0:
@@ -148,8 +158,10 @@ class Cell:
 
     def used_fields(self) -> tuple[str, ...]:
         """The conditional fields this cell's choices read (see ``CONDITIONAL_FIELDS``)."""
-        used = (STRENGTHS.get(self.lambda_dist).uses + HEADS.get(self.heads).uses
-                + INITS.get(self.init).uses)
+        structure = HEADS.get(self.heads)
+        used = structure.uses + INITS.get(self.init).uses
+        if structure.reads_strengths:
+            used += ("lambda_dist", "lambda_bar") + STRENGTHS.get(self.lambda_dist).uses
         if "clusters" in self.observables:
             used += ("cluster_eps",)
         return used
@@ -169,11 +181,19 @@ class Cell:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """Plain, JSON-serialisable fields (seeds and observables as lists)."""
+        """Plain, JSON-serialisable fields (sequences as lists)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["seeds"] = list(self.seeds)
-        out["observables"] = list(self.observables)
+        for name in ("seeds", "observables", "head_subset"):
+            out[name] = list(out[name])
         return out
+
+    def input_digest(self) -> str:
+        """A digest of the files the cell reads (its weights), '' if none: part of its store's name."""
+        if not self.weights:
+            return ""
+        from .trained import digest
+
+        return digest(self.weights)
 
 
 FIELD_DOCS = {f.name: f.metadata["doc"] for f in dataclasses.fields(Cell)}
@@ -181,7 +201,8 @@ FIELD_CHOICES = {f.name: f.metadata["choices"] for f in dataclasses.fields(Cell)
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Cell)}
 # Fields read only under some choices: the union of what the declarations say they read.
 CONDITIONAL_FIELDS = frozenset(
-    {u for registry in (STRENGTHS, HEADS, INITS) for item in registry for u in item.uses} | {"cluster_eps"}
+    {u for registry in (STRENGTHS, HEADS, INITS) for item in registry for u in item.uses}
+    | {"cluster_eps", "lambda_dist", "lambda_bar"}
 )
 
 
@@ -225,6 +246,17 @@ def _normalise_groups(groups) -> tuple[str, ...]:
         return canonical_groups(groups)
     except ValueError as err:
         _fail("observables", list(groups), str(err))
+
+
+def _normalise_subset(subset) -> tuple[int, ...]:
+    if isinstance(subset, (str, bytes)) or not isinstance(subset, Sequence):
+        _fail("head_subset", subset, "must be a list of head indices")
+    for h in subset:
+        if isinstance(h, bool) or not isinstance(h, Integral) or h < 0:
+            _fail("head_subset", list(subset), f"entry {h!r} is not a non-negative integer")
+    if len(set(subset)) != len(subset):
+        _fail("head_subset", list(subset), "heads must be distinct")
+    return tuple(int(h) for h in subset)
 
 
 def _normalise_numbers(cell: Cell) -> None:

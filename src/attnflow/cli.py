@@ -42,6 +42,8 @@ def _status(args) -> int:
     except ConfigError as err:
         print(f"attnflow status: {err}", file=sys.stderr)
         return 2
+    for name, why in sweep.skipped.items():
+        print(f"attnflow status: skipping experiment {name}: {why}", file=sys.stderr)
     report = sweep_status(sweep)
     if args.json:
         print(json.dumps(report, indent=1))
@@ -84,6 +86,19 @@ def _docs(args) -> int:
     return 0
 
 
+def _refine(args) -> int:
+    from .experiments import ConfigError
+    from .refine import refine
+
+    try:
+        out = refine(args.configfile, args.experiment, args.rounds, args.snakemake_args or ["--cores", "all"])
+    except (ConfigError, RuntimeError) as err:
+        print(f"attnflow refine: {err}", file=sys.stderr)
+        return 2
+    print(f"refined config: {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attnflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,7 +114,18 @@ def main(argv=None) -> int:
     docs = sub.add_parser("docs", help="docs/experiments.md and docs/config.md, generated from the code")
     docs.add_argument("--output", help="write both pages into this directory instead of stdout")
     docs.set_defaults(func=_docs)
+    refine = sub.add_parser("refine", help="refine an experiment's boundary: add bracket midpoints to its "
+                                           "grid and run only the new cells")
+    refine.add_argument("experiment")
+    refine.add_argument("--configfile", default="config/config.yaml")
+    refine.add_argument("--rounds", type=int, default=1, help="each round halves every bracket")
+    refine.add_argument("snakemake_args", nargs=argparse.REMAINDER,
+                        help="after --: arguments for snakemake (default --cores all), e.g. -- --profile "
+                             "profiles/slurm")
+    refine.set_defaults(func=_refine)
     args = parser.parse_args(argv)
+    if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
+        args.snakemake_args = args.snakemake_args[1:]
     return args.func(args)
 
 

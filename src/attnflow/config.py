@@ -34,7 +34,9 @@ TOP_LEVEL = {
                                "built-in experiments"),
     "defaults": ({}, "cell fields for every experiment: a block's fixed values win over them, they win "
                      "over the experiment's own defaults"),
-    "experiments": (None, "the experiments to run: name -> block with fixed, grid, batch_over"),
+    "experiments": (None, "the experiments to run: name -> block with fixed, grid, batch_over, extra_points"),
+    "refinement": ([], "the rounds `attnflow refine` added to this config (a record; the workflow "
+                       "ignores it)"),
 }
 
 
@@ -85,6 +87,8 @@ def _field_schema(field: dataclasses.Field) -> dict:
                          {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}]}
     elif name == "observables":
         out = {"type": "array", "items": {"type": "string", "enum": list(GROUPS.names())}}
+    elif name == "head_subset":
+        out = {"type": "array", "items": {"type": "integer", "minimum": 0}}
     elif name in FIELD_CHOICES:
         out = {"type": "string", "enum": list(FIELD_CHOICES[name])}
     else:
@@ -118,6 +122,11 @@ def schema(experiments=None) -> dict:
                 "grid": grid,
                 "batch_over": {"type": "array", "items": {"type": "string", "enum": list(fields)},
                                "description": "grid axes whose values share one simulation job"},
+                "extra_points": {"type": "array", "items": {**grid, "minProperties": 1, "properties": {
+                    name: {k: v for k, v in spec.items() if k not in ("description", "default")}
+                    for name, spec in fields.items() if name != "observables"}},
+                                 "description": "grid points beyond the product of the grid's axes, each "
+                                                "giving every grid axis (attnflow refine writes them)"},
             },
         }
     top = {key: {"description": doc} for key, (_, doc) in TOP_LEVEL.items()}
@@ -128,6 +137,7 @@ def schema(experiments=None) -> dict:
     top["dask_scheduler"]["type"] = "string"
     top["dask_scheduler"]["pattern"] = "^(" + "|".join(SCHEDULERS) + r"|tcp://.+)$"
     top["experiment_modules"].update({"type": "array", "items": {"type": "string"}})
+    top["refinement"].update({"type": "array", "items": {"type": "object"}})
     top["defaults"].update(cell_fields)
     top["experiments"].update({"type": "object", "minProperties": 1, "additionalProperties": False,
                                "properties": blocks})

@@ -37,6 +37,7 @@ class HeadSet:
     diagonal: np.ndarray | None = None
     factors: tuple[np.ndarray, np.ndarray] | None = None
     values: np.ndarray | None = None
+    antisymmetric_share: np.ndarray | None = None  # (H,) ||M_h - M_h^T||_F / (2 ||M_h||_F) discarded
 
     def dense(self) -> np.ndarray:
         """``M_h`` as (H, d, d) matrices, whatever the representation."""
@@ -58,6 +59,8 @@ class HeadStructure:
     description: str
     check: Callable | None = None  # cell -> (field, why) when the cell cannot be built, else None
     seeded: bool = False  # draws from the seed's random stream
+    reads_strengths: bool = True  # built from lambda_dist / lambda_bar (trained heads bring their own)
+    rank: Callable | None = None  # cell -> rank of each head's factors (factors form only)
 
 
 def _unit_symmetric(rng: np.random.Generator, count: int, d: int) -> np.ndarray:
@@ -104,6 +107,53 @@ def _blocks_fit(cell):
     return None
 
 
+def _trained_subset(cell) -> tuple[int, ...]:
+    return cell.head_subset or tuple(range(cell.H))
+
+
+def _trained_heads(cell):
+    from .trained import build
+
+    return build(cell.weights, cell.layer, _trained_subset(cell), cell.values, cell.model_heads)
+
+
+def _trained(cell, lambdas, seed):
+    heads = _trained_heads(cell)
+    return HeadSet(heads.norms, factors=heads.factors, values=heads.values,
+                   antisymmetric_share=heads.antisymmetric_share)
+
+
+def _trained_orthogonal(cell, lambdas, seed):
+    strength = float(np.mean(_trained_heads(cell).norms))
+    strengths = np.full(cell.H, strength)
+    return HeadSet(strengths, diagonal=_block_diagonal(cell, strengths))
+
+
+def _trained_check(cell):
+    from .trained import WeightsError, load_layer
+
+    if not cell.weights:
+        return "weights", f"{cell.heads} heads need a weights file (a .safetensors path, or 'minilm')"
+    try:
+        layer = load_layer(cell.weights, cell.layer, cell.model_heads)
+    except WeightsError as err:
+        return "weights", str(err)
+    if cell.d != layer.d:
+        return "d", f"the weights' hidden size is {layer.d}"
+    subset = _trained_subset(cell)
+    if len(subset) != cell.H:
+        return "head_subset", f"names {len(subset)} heads but H = {cell.H}"
+    if max(subset) >= layer.heads:
+        return "head_subset", f"layer {cell.layer} has heads 0..{layer.heads - 1}"
+    return None
+
+
+def _trained_orthogonal_check(cell):
+    return _trained_check(cell) or _blocks_fit(cell)
+
+
+_TRAINED = ("weights", "layer", "head_subset", "model_heads")
+
 HEADS: Registry[HeadStructure] = Registry("heads", [
     HeadStructure("scalar", _scalar, "diagonal", lambda c, lam: lam, (),
                   "M_h = lambda_h I (where the closed forms of Thm 19, 22, 25, 27 are derived)"),
@@ -115,6 +165,15 @@ HEADS: Registry[HeadStructure] = Registry("heads", [
                   "(approximate orthogonality, Thm 39)", check=_blocks_fit, seeded=True),
     HeadStructure("random", _random, "scores", lambda c, lam: lam, (),
                   "M_h = lambda_h G / ||G||_op, G a seeded symmetric Gaussian matrix", seeded=True),
+    HeadStructure("trained", _trained, "factors", lambda c, lam: float(np.max(_trained_heads(c).norms)),
+                  _TRAINED + ("values",),
+                  "one layer of a trained transformer: M_h = sym(W_Q^h^T W_K^h) / sqrt(d_head), strengths "
+                  "||M_h||_op (attnflow.trained)", check=_trained_check, reads_strengths=False,
+                  rank=lambda c: _trained_heads(c).factors[1].shape[-1]),
+    HeadStructure("trained_orthogonal", _trained_orthogonal, "diagonal",
+                  lambda c, lam: float(np.mean(_trained_heads(c).norms)), _TRAINED,
+                  "the idealisation of a trained layer: exactly orthogonal block heads, all of the layer's "
+                  "mean ||M_h||_op", check=_trained_orthogonal_check, reads_strengths=False),
 ])
 
 

@@ -23,8 +23,8 @@ from .heads import HEADS
 from .observables import GROUPS, variables
 
 # Measured: peak RSS of a job simulating a tiny cell: 250 MB with the compiled
-# kernels cached, 470 MB when it compiles them (LLVM), as a fresh node does.
-BASELINE_MB = 550
+# kernels cached, up to 700 MB when it compiles them (LLVM), as a fresh node does.
+BASELINE_MB = 800
 # A job's peak over its largest cell's arrays: the arrays themselves, the Dataset
 # that wraps them (no copy), and zarr's encoded buffers while writing (<= 1x).
 ARRAY_FACTOR = 2.5
@@ -41,11 +41,17 @@ MIN_MINUTES = 5
 
 
 def head_entries(cell: Cell) -> int:
-    """Numbers per seed that describe the heads, in the structure's representation."""
-    form = HEADS.get(cell.heads).form
-    if form == "diagonal":
-        return cell.H * cell.d
-    return cell.H * cell.d * cell.d
+    """Numbers that describe a cell's heads in the structure's representation (all seeds)."""
+    structure = HEADS.get(cell.heads)
+    per_seed = {"diagonal": cell.d, "scores": cell.d * cell.d,
+                "factors": cell.d * rank(cell) + (cell.d * cell.d if cell.values == "trained" else 0)}
+    return cell.H * per_seed[structure.form] * (cell.n_seeds if structure.seeded else 1)
+
+
+def rank(cell: Cell) -> int:
+    """The rank the engine applies each head with (d for dense heads)."""
+    structure = HEADS.get(cell.heads)
+    return structure.rank(cell) if structure.rank else cell.d
 
 
 def cell_bytes(cell: Cell) -> int:
@@ -54,7 +60,7 @@ def cell_bytes(cell: Cell) -> int:
     per_sample = sum(int(np.prod([sizes[d] for d in v.dims], dtype=np.int64)) * np.dtype(v.dtype).itemsize
                      for v in variables(cell.observables))
     observables = cell.n_seeds * cell.n_samples * per_sample
-    heads = 3 * cell.n_seeds * head_entries(cell) * 8  # built per seed, stacked, stored
+    heads = 3 * head_entries(cell) * 8  # built, stacked, stored
     buffers = 2 * (4 * cell.H * cell.n * cell.n + 8 * cell.H * cell.n * cell.d) * 8  # two threads
     return int(observables + heads + buffers)
 
@@ -66,15 +72,17 @@ def memory_mb(cells: Iterable[Cell], attempt: int = 1) -> int:
 
 
 def stiffness(cell: Cell) -> float:
-    """Relative step count: ``1 + beta ||M||``, or ``e^{beta ||M||} / 10`` for usa when larger.
+    """Relative step count against ``s = beta ||M||``.
 
-    Measured: 12,000 steps at beta ||M|| = 8 for usa against 40 for softmax.
+    Normalised weights keep the velocity bounded whatever beta: steps grow slowly,
+    as ``1 + log(1 + s)`` (measured: 21 steps at s = 0.25, 35-49 at s = 8, 30 at
+    s = 435 for trained heads). Unnormalised usa weights grow like ``e^s``:
+    measured 12,000-44,000 steps at s = 8, so ``max(1 + s, e^s / 10)``.
     """
     scale = cell.beta * cell.max_score_norm
-    factor = 1.0 + scale
     if cell.attention == "usa":
-        factor = max(factor, float(np.exp(min(scale, 50.0))) / 10.0)
-    return factor
+        return max(1.0 + scale, float(np.exp(min(scale, 50.0))) / 10.0)
+    return 1.0 + float(np.log1p(scale))
 
 
 def steps(cell: Cell) -> float:
@@ -84,15 +92,21 @@ def steps(cell: Cell) -> float:
     variation is front-loaded (clustering, then exponential convergence), so the
     count grows like log t_max, times the stiffness. Fitted above the steps
     measured over the default config's 435 cells (2 to 44,000 steps; at least 1.2x
-    each, 5x at the median).
+    each, 6x at the median).
     """
-    return 50.0 * (1e-6 / cell.rtol) ** 0.2 * (1.0 + np.log1p(cell.t_max)) * stiffness(cell)
+    return 70.0 * (1e-6 / cell.rtol) ** 0.2 * (1.0 + np.log1p(cell.t_max)) * stiffness(cell)
 
 
 def cell_seconds(cell: Cell) -> float:
     """Expected compute time of one cell (no margin)."""
-    rows = 2 * cell.n * cell.d * cell.d if HEADS.get(cell.heads).form != "diagonal" else cell.n * cell.d
-    flops = cell.H * (rows + 4 * cell.n * cell.n * cell.d)
+    form = HEADS.get(cell.heads).form
+    if form == "diagonal":
+        flops = cell.H * (cell.n * cell.d + 4 * cell.n * cell.n * cell.d)
+    elif form == "factors":
+        r = rank(cell)
+        flops = cell.H * (4 * cell.n * cell.d * r + 4 * cell.n * cell.n * r)
+    else:
+        flops = cell.H * (2 * cell.n * cell.d * cell.d + 4 * cell.n * cell.n * cell.d)
     per_call = flops / FLOPS_PER_SECOND + SECONDS_PER_CALL
     sampled = any(GROUPS.get(g).needs_velocity for g in cell.observables)
     calls = 6.0 * steps(cell) + (cell.n_samples if sampled else 0) + 2

@@ -8,8 +8,9 @@ import xarray as xr
 from . import __version__
 from .cell import MAX_EXPONENT, Cell
 from .engine import IntegrationError, solve
-from .heads import build_heads
+from .heads import HEADS, build_heads
 from .observables import variables
+from .strengths import STRENGTHS
 from .tokens import initial_tokens
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
@@ -63,8 +64,11 @@ def simulate(
 
     values = None
     if score_matrices is None:
-        heads = [build_heads(cell, s) for s in cell.seeds]
-        lambdas = np.stack([h.strengths for h in heads])
+        # Heads that do not depend on the seed are built once and shared by the batch.
+        structure = HEADS.get(cell.heads)
+        seeded = structure.seeded or (structure.reads_strengths and STRENGTHS.get(cell.lambda_dist).seeded)
+        heads = [build_heads(cell, s) for s in (cell.seeds if seeded else cell.seeds[:1])]
+        lambdas = np.broadcast_to(np.stack([h.strengths for h in heads]), (n_seeds, H))
         form = next(k for k in ("diagonal", "factors", "scores") if getattr(heads[0], k) is not None)
         if form == "factors":
             given = {"factors": tuple(np.stack([h.factors[k] for h in heads]) for k in (0, 1))}
@@ -72,13 +76,14 @@ def simulate(
             given = {form: np.stack([getattr(h, form) for h in heads])}
         if heads[0].values is not None:
             values = np.stack([h.values for h in heads])
+        discarded = heads[0].antisymmetric_share
     else:
-        scores = np.broadcast_to(_check_scores(cell, score_matrices), (n_seeds, H, d, d)).copy()
-        lambdas = np.linalg.norm(scores, ord=2, axis=(-2, -1))
+        discarded = None
+        scores = _check_scores(cell, score_matrices)[None]
+        lambdas = np.broadcast_to(np.linalg.norm(scores, ord=2, axis=(-2, -1)), (n_seeds, H))
         given = {"scores": scores}
     if value_matrices is not None:
-        values = np.broadcast_to(_check_matrices("value_matrices", value_matrices, (H, d, d)),
-                                 (n_seeds, H, d, d)).copy()
+        values = _check_matrices("value_matrices", value_matrices, (H, d, d))[None]
     if x0 is None:
         x_init = np.stack([initial_tokens(cell, s) for s in cell.seeds])
     else:
@@ -125,23 +130,29 @@ def simulate(
     data_vars["lam"] = (("seed", "head"), lambdas, {
         "units": "1", "description": "head strength lambda_h (operator norm for explicit heads)",
     })
+    # The heads themselves: per seed where they are drawn, once where they are not; trained
+    # heads are not copied into every store (the attrs name the weights file and its digest).
+    heads_array = given["factors"][0] if "factors" in given else next(iter(given.values()))
+    per = ("seed", "head") if heads_array.shape[0] > 1 else ("head",)
     if "scores" in given:
-        data_vars["score_matrix"] = (("seed", "head", "dim", "dim_col"), given["scores"], {
+        data_vars["score_matrix"] = (per + ("dim", "dim_col"), _squeeze(given["scores"], per), {
             "units": "1", "description": "score matrix M_h used"})
     elif "diagonal" in given:
-        data_vars["score_diagonal"] = (("seed", "head", "dim"), given["diagonal"], {
+        data_vars["score_diagonal"] = (per + ("dim",), _squeeze(given["diagonal"], per), {
             "units": "1", "description": "diagonal of the (diagonal) score matrix M_h used"})
-    else:
-        u, e = given["factors"]
-        data_vars["score_factor"] = (("seed", "head", "dim", "rank"), u, {
-            "units": "1", "description": "U_h of M_h = U_h diag(e_h) U_h^T"})
-        data_vars["score_eigenvalue"] = (("seed", "head", "rank"), e, {
-            "units": "1", "description": "e_h of M_h = U_h diag(e_h) U_h^T"})
-    if values is not None:
-        data_vars["value_matrix"] = (("seed", "head", "dim", "dim_col"), values,
+    if discarded is not None:
+        data_vars["antisymmetric_share"] = ("head", discarded, {
+            "units": "1",
+            "description": "||antisym(M_h)||_F / ||M_h||_F of the trained W_Q^T W_K, discarded"})
+    if values is not None and not cell.weights:
+        data_vars["value_matrix"] = (per + ("dim", "dim_col"), _squeeze(values, per),
                                      {"units": "1", "description": "value matrix V_h used"})
 
     attrs = {f"cell_{k}": v for k, v in cell.to_dict().items()}
+    if cell.weights:
+        from .trained import digest, resolve
+
+        attrs.update({"weights_file": str(resolve(cell.weights)), "weights_sha256": digest(cell.weights)})
     attrs.update({
         "attnflow_version": __version__,
         "x0_source": "cell" if x0 is None else "explicit",
@@ -160,6 +171,10 @@ def simulate(
         "token": np.arange(n),
     }
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+
+
+def _squeeze(array, dims):
+    return array if "seed" in dims else array[0]
 
 
 def describe(cell: Cell) -> str:

@@ -32,8 +32,10 @@ def config_digest(config: dict) -> str:
 
 
 def cell_id(cell: Cell) -> str:
-    """Stable short name of a cell: a hash of every field (values normalised by ``Cell``)."""
-    return hashlib.sha256(json.dumps(cell.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+    """Stable short name of a cell: a hash of every field (values normalised by ``Cell``) and of
+    the content of any file it reads (so editing a weights file in place makes new stores)."""
+    text = json.dumps(cell.to_dict(), sort_keys=True) + cell.input_digest()
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def store_path(root: str | Path, cell: Cell) -> Path:
@@ -54,11 +56,18 @@ class Point:
 
 
 def spec_points(spec: Spec) -> list[Point]:
-    """The grid points of a resolved spec; ``ConfigError`` naming the experiment for a bad cell."""
+    """The grid points of a resolved spec (the product, then any extra points, each once);
+    ``ConfigError`` naming the experiment for a bad cell."""
     axes = list(spec.grid)
-    points = []
-    for values in itertools.product(*(spec.grid[a] for a in axes)):
-        coords = dict(zip(axes, values, strict=True))
+    product = (dict(zip(axes, values, strict=True))
+               for values in itertools.product(*(spec.grid[a] for a in axes)))
+    extra = ({a: point[a] for a in axes} for point in spec.extra_points)  # in the grid's axis order
+    seen, points = set(), []
+    for coords in itertools.chain(product, extra):
+        key = json.dumps(coords, sort_keys=True, default=float)
+        if key in seen:
+            continue
+        seen.add(key)
         try:
             cell = Cell(**{**spec.fixed, **coords})
         except TypeError as err:  # a field Cell does not have
@@ -86,6 +95,7 @@ class Sweep:
     specs: dict[str, Spec]
     points: dict[str, list[Point]]
     batches: dict[str, list[Cell]]  # batch name -> cells it owns (each cell id in one batch)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # experiment -> why it cannot run
 
     @classmethod
     def from_config(cls, config: dict, experiments) -> Sweep:
@@ -94,10 +104,14 @@ class Sweep:
         blocks = config.get("experiments") or {}
         if not blocks:
             raise ConfigError("experiments: empty, nothing to run")
-        specs, points = {}, {}
+        specs, points, skipped = {}, {}, {}
         for name, block in blocks.items():
             experiment = experiments.get(name)
             spec = experiment.spec(block, config.get("defaults"))
+            reason = experiment.unavailable(spec)
+            if reason:
+                skipped[name] = reason
+                continue
             for axis in spec.batch_over:
                 if axis not in spec.grid:
                     raise ConfigError(f"experiments.{name}.batch_over: {axis!r} is not a grid axis "
@@ -114,7 +128,10 @@ class Sweep:
                 if cid not in owned:
                     owned.add(cid)
                     batches.setdefault(_batch_key(spec, point.coords), []).append(point.cell)
-        return cls(config, experiments, specs, points, batches)
+        if not specs:
+            raise ConfigError("experiments: none can run here ("
+                              + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
+        return cls(config, experiments, specs, points, batches, skipped)
 
     @property
     def results(self) -> Path:

@@ -60,6 +60,29 @@ def _equiangular_check(cell):
     return None
 
 
+def _embedding(cell, seed):
+    from .trained import embedding
+
+    table = embedding(cell.weights)
+    rows = stream(seed, "embedding").choice(table.shape[0], size=cell.n, replace=False)
+    x = table[np.sort(rows)]
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _embedding_check(cell):
+    from .trained import WeightsError, embedding
+
+    if not cell.weights:
+        return "weights", "embedding tokens need a weights file (a .safetensors path, or 'minilm')"
+    try:
+        table = embedding(cell.weights)
+    except WeightsError as err:
+        return "weights", str(err)
+    if cell.d != table.shape[1]:
+        return "d", f"the embeddings have dimension {table.shape[1]}"
+    return None
+
+
 INITS: Registry[Init] = Registry("init", [
     Init("uniform", _uniform, (), "i.i.d. uniform on the sphere (seeded)", seeded=True),
     Init("orthogonal", _orthogonal, (), "x_i = e_i (needs d >= n)", _needs_room),
@@ -69,6 +92,9 @@ INITS: Registry[Init] = Registry("init", [
     Init("equiangular_typical", lambda c, s: equiangular_tokens(c.n, c.d, typical_cosine(c.d)), (),
          "equiangular with gamma0 = 1/sqrt(d), the typical cosine of random tokens (Thm 25's start; "
          "needs d >= n)", _needs_room),
+    Init("embedding", _embedding, ("weights",),
+         "n distinct rows of the weights' token-embedding matrix (seeded choice), normalised",
+         _embedding_check, seeded=True),
 ])
 
 

@@ -17,6 +17,9 @@ try:
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}") from None
 
+for _name, _why in SWEEP.skipped.items():
+    print(f"attnflow: skipping experiment {_name}: {_why}", file=sys.stderr)
+
 RESULTS = str(SWEEP.results)
 STORES = str(SWEEP.stores)
 EXPERIMENT_NAMES = list(SWEEP.specs)

@@ -75,8 +75,11 @@ def head_form(scores, diagonal, factors, d: int) -> Form:
 
 
 def _head_arrays(x0, scores, diagonal, factors, values):
-    """The engine's head arguments: form, diag, dense, U, U^T, e, V^T, shared (unused ones empty), H."""
-    B, _, d = x0.shape
+    """The engine's head arguments: form, diag, dense, U, U^T, e, V^T, shared (unused ones empty), H.
+
+    Each array has one row per trajectory, or a single row all trajectories share.
+    """
+    B, d = 1, x0.shape[2]  # the unused arrays: one empty row
     given = [a for a in (scores, diagonal, None if factors is None else factors[1]) if a is not None]
     if len(given) != 1:
         raise ValueError("give the heads as exactly one of scores, diagonal, factors")
@@ -152,6 +155,7 @@ def solve(
     diagonal : (B, H, d), ``M_h = diag(diagonal)``, or
     factors : ``(U, e)``, (B, H, d, r) and (B, H, r), with ``M_h = U diag(e) U^T``
     values : (B, H, d, d) value matrices, or None for ``V_h = M_h``
+    A leading dimension of 1 instead of B shares the heads among all trajectories.
     groups : observable groups to record (``attnflow.observables``)
     cluster_metric, cluster_threshold : the criterion whose first crossing is ``t_cluster``
     stop_at_cluster : end each trajectory there; its later samples stay NaN

@@ -270,13 +270,20 @@ def _locate(y, stages, h, t, lo, hi, poly, weights, spherical, metric, threshold
     return t + hi * h
 
 
+@numba.njit(cache=True)
+def _row(a, b):
+    """Trajectory ``b``'s slice of a head array; one row is shared by every trajectory."""
+    return a[b] if a.shape[0] > 1 else a[0]
+
+
 @numba.njit(cache=True, parallel=True)
 def solve_batch(x0, form, diag, dense, u, ut, eig, values_t, shared, H, kind, beta, over_n, spherical,
                 t_eval, rtol, atol, max_steps, fixed_step, a, bw, e, poly, order, want, metric,
                 threshold, cluster_level, stop_at_cluster, out, counts, times):
     """Integrate every trajectory of the batch (``prange``: one per thread at a time); ``beta`` is (B,)."""
     for b in numba.prange(x0.shape[0]):
-        hd = Heads(form, diag[b], dense[b], u[b], ut[b], eig[b], values_t[b], shared)
+        hd = Heads(form, _row(diag, b), _row(dense, b), _row(u, b), _row(ut, b), _row(eig, b),
+                   _row(values_t, b), shared)
         solve_one(np.int64(b), np.ascontiguousarray(x0[b]), hd, H, kind, beta[b], over_n, spherical, t_eval,
                   rtol, atol,
                   max_steps, fixed_step, a, bw, e, poly, order, want, metric, threshold, cluster_level,
@@ -288,7 +295,8 @@ def observe_batch(x, form, diag, dense, u, ut, eig, values_t, shared, H, kind, b
                   want, cluster_level, out, drift):
     """The wanted observables of every configuration ``x[b]``, as sample 0 of ``out``."""
     for b in numba.prange(x.shape[0]):
-        hd = Heads(form, diag[b], dense[b], u[b], ut[b], eig[b], values_t[b], shared)
+        hd = Heads(form, _row(diag, b), _row(dense, b), _row(u, b), _row(ut, b), _row(eig, b),
+                   _row(values_t, b), shared)
         xb = np.ascontiguousarray(x[b])
         n, d = xb.shape
         ws = workspace(n, d, H, hd.eig.shape[1], True, not shared)

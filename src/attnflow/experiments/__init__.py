@@ -47,19 +47,23 @@ class Spec:
     fixed: dict  # every cell field except the grid axes (config defaults, experiment, fixed)
     grid: dict  # axis -> list of values
     batch_over: tuple[str, ...]
+    extra_points: tuple = ()  # grid points beyond the product (dicts over the grid axes), e.g. refinements
 
     def values(self, axis: str) -> list:
-        """The values of a cell field: its grid values, or its one fixed value."""
-        return list(self.grid[axis]) if axis in self.grid else [self.fixed[axis]]
+        """The values of a cell field: its grid values (and extra points'), or its one fixed value."""
+        if axis not in self.grid:
+            return [self.fixed[axis]]
+        return list(dict.fromkeys([*self.grid[axis], *(p[axis] for p in self.extra_points)]))
 
     def to_json(self) -> str:
-        return json.dumps({"fixed": self.fixed, "grid": self.grid, "batch_over": list(self.batch_over)},
-                          sort_keys=True)
+        return json.dumps({"fixed": self.fixed, "grid": self.grid, "batch_over": list(self.batch_over),
+                           "extra_points": list(self.extra_points)}, sort_keys=True)
 
     @classmethod
     def from_json(cls, name: str, text: str) -> Spec:
         block = json.loads(text)
-        return cls(name, block["fixed"], block["grid"], tuple(block["batch_over"]))
+        return cls(name, block["fixed"], block["grid"], tuple(block["batch_over"]),
+                   tuple(block.get("extra_points", ())))
 
 
 class Experiment:
@@ -98,7 +102,12 @@ class Experiment:
         fixed["seeds"] = fixed["seeds"] if isinstance(fixed["seeds"], int) else list(fixed["seeds"])
         for axis in grid:
             fixed.pop(axis, None)
-        return Spec(self.name, fixed, grid, tuple(batch_over))
+        extra = tuple(dict(p) for p in block.get("extra_points") or ())
+        for point in extra:
+            if set(point) != set(grid):
+                raise ConfigError(f"experiments.{self.name}.extra_points: {point!r} must give exactly the "
+                                  f"grid axes ({', '.join(grid)})")
+        return Spec(self.name, fixed, grid, tuple(batch_over), extra)
 
     def check(self, spec: Spec) -> None:
         """Refuse a spec the figure cannot be drawn from; ``ConfigError`` naming the experiment and key.
@@ -117,6 +126,13 @@ class Experiment:
                     raise ConfigError(f"{where} = {values!r}: the {self.name} figure needs "
                                       f"{value!r} among them{why}")
 
+    def unavailable(self, spec: Spec) -> str | None:
+        """Why this experiment cannot run here (say, optional weights not installed), or None.
+
+        An unavailable experiment is skipped with that message instead of failing the sweep.
+        """
+        return None
+
     # --- data ----------------------------------------------------------------------------------
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         """One store -> the few quantities per cell the figure needs (runs as one dask task)."""
@@ -125,6 +141,59 @@ class Experiment:
     def derive(self, summary: xr.Dataset, spec: Spec) -> xr.Dataset:
         """Quantities across cells: thresholds, fits, closed forms on the same grid."""
         return summary
+
+    # --- refinement ----------------------------------------------------------------------------
+    refine_axis: ClassVar[str | None] = None  # the axis along which `attnflow refine` splits brackets
+
+    def refine_field(self, summary: xr.Dataset):
+        """``(field, level)``: the boundary ``attnflow refine`` brackets is where ``field`` crosses
+        ``level`` along ``refine_axis``; ``field`` has the grid axes as its dims."""
+        raise NotImplementedError(f"{self.name} declares no boundary to refine")
+
+    def refinement(self, summary: xr.Dataset, spec: Spec) -> list[dict]:
+        """New grid points: the midpoint of every bracket of the boundary along ``refine_axis``.
+
+        Along each line of the grid (every combination of the other axes), two
+        neighbouring computed values on opposite sides of the level make a
+        bracket; its midpoint is geometric on a positive axis. Each round halves
+        every bracket.
+        """
+        import numpy as np
+
+        axis = self.refine_axis
+        field, level = self.refine_field(summary)
+        others = [a for a in spec.grid if a != axis]
+        field = field.transpose(*others, axis)
+        values = np.asarray(field[axis].values, dtype=float)
+        order = np.argsort(values)
+        known = {json.dumps({a: p[a] for a in spec.grid}, sort_keys=True, default=float)
+                 for p in self._all_points(spec)}
+        points = []
+        for index in np.ndindex(*field.shape[:-1]):
+            line = np.asarray(field.values[index], dtype=float)[order] - level
+            xs = values[order]
+            ok = np.isfinite(line)
+            line, xs = line[ok], xs[ok]
+            for k in range(len(line) - 1):
+                if np.sign(line[k]) != np.sign(line[k + 1]) and line[k] * line[k + 1] <= 0:
+                    lo, hi = xs[k], xs[k + 1]
+                    mid = float(np.sqrt(lo * hi) if lo > 0 else 0.5 * (lo + hi))
+                    point = {a: _plain(field[a].values[i]) for a, i in zip(others, index, strict=True)}
+                    point[axis] = round(mid, 12)
+                    key = json.dumps({a: point[a] for a in spec.grid}, sort_keys=True, default=float)
+                    if key not in known:
+                        known.add(key)
+                        points.append(point)
+        return points
+
+    @staticmethod
+    def _all_points(spec: Spec):
+        import itertools
+
+        axes = list(spec.grid)
+        for values in itertools.product(*(spec.grid[a] for a in axes)):
+            yield dict(zip(axes, values, strict=True))
+        yield from spec.extra_points
 
     # --- figure --------------------------------------------------------------------------------
     def plot(self, summary: xr.Dataset, spec: Spec):
@@ -143,6 +212,11 @@ class Experiment:
     def describe_fixed(self, spec: Spec, keys: Sequence[str]) -> str:
         """``key=value`` for the fixed fields among ``keys`` (for titles)."""
         return ", ".join(f"{k}={spec.fixed[k]}" for k in keys if k in spec.fixed)
+
+
+def _plain(value):
+    """A numpy scalar as the plain Python value a YAML config holds."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def _module_experiments(module_names: Iterable[str]) -> list[Experiment]:

@@ -14,22 +14,33 @@ from . import Axis, Experiment
 from ._common import all_heads_monotone, before_cluster, t_interval
 
 
+def _bracket(fails: np.ndarray, beta: np.ndarray):
+    """Along one line of the grid: (geometric midpoint of the first fail's bracket, below, above)."""
+    known = np.isfinite(fails)
+    fails, beta = fails[known], beta[known]
+    failing = np.flatnonzero(fails == 1)
+    if not failing.size:
+        return np.nan, False, bool(fails.size)
+    first = failing[0]
+    if first == 0:
+        return np.nan, True, False
+    return float(np.sqrt(beta[first - 1] * beta[first])), False, False
+
+
 def grid_threshold(fails: xr.DataArray, beta: xr.DataArray):
     """Per seed: the geometric midpoint of [last passing beta, first failing beta] along ``beta``.
 
     ``fails`` is 1 where the property fails, 0 where it holds, NaN where the
-    cell is missing (neither). Returns (threshold, below grid, above grid): a
+    cell was not computed (a missing store, or a refined grid that skipped this
+    line): NaN cells are neither. Returns (threshold, below grid, above grid): a
     seed failing at the smallest beta is below the grid, one never failing is
     above it; both are NaN in the threshold, never folded into its mean.
     """
-    failing = fails.notnull() & (fails == 1)
-    first = failing.argmax("beta")
-    any_fail = failing.any("beta")
-    below = any_fail & (first == 0)
-    lower = beta.isel(beta=np.maximum(first - 1, 0))
-    upper = beta.isel(beta=first)
-    threshold = np.sqrt(lower * upper).where(any_fail & ~below)
-    return threshold.drop_vars("beta", errors="ignore"), below, ~any_fail
+    fails = fails.sortby("beta")
+    threshold, below, above = xr.apply_ufunc(
+        _bracket, fails, fails.beta, input_core_dims=[["beta"], ["beta"]], output_core_dims=[[], [], []],
+        vectorize=True, output_dtypes=[float, bool, bool])
+    return threshold, below, above
 
 
 def orthogonal_threshold(H: int, n: int, alpha: float = 1.0, tol: float = 1e-12) -> float:
@@ -97,6 +108,11 @@ class BetaStar(Experiment):
                "Radial Dominance is left well above beta*; with block heads monotonicity fails above "
                "a measured threshold (diamonds) that can be compared with the curve. The red circles "
                "sit on the curve: they check the formula by bisection on the measured margin.")
+
+    refine_axis = "beta"
+
+    def refine_field(self, summary):
+        return summary.frac_mono_path, 0.5
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         keep = before_cluster(ds)

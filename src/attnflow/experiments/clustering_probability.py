@@ -56,6 +56,11 @@ class ClusteringProbability(Experiment):
                 raise ConfigError(f"experiments.{self.name}.fixed.{key}: must be {value} (the closed-form "
                                   "boundary is the equiangular ODE of equal scalar softmax heads)")
 
+    refine_axis = "beta"
+
+    def refine_field(self, summary):
+        return summary.probability.isel(t=-1, drop=True), 0.5  # clustered by t_max: P = 1/2
+
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         return xr.Dataset({"t_cluster": ds.t_cluster.where(~ds.censored, np.inf)})
 

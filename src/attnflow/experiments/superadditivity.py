@@ -59,6 +59,12 @@ class Superadditivity(Experiment):
                "contour sits from the hatched region shows how much the early-time statement says about "
                "the full clustering time, and the bottom row how far it carries to random tokens.")
 
+    refine_axis = "beta"
+
+    def refine_field(self, summary):
+        ratio = summary.ratio.expand_dims(lambda_dist=["equal", "linear"])  # the grid's axes
+        return np.log(ratio.clip(1e-6, 1e6)), 0.0
+
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         t = ds.t_cluster.where(~ds.censored, np.inf)  # censored: clustered after t_max
         return xr.Dataset({"t_cluster": t})

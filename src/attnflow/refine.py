@@ -1,0 +1,84 @@
+"""``attnflow refine``: grids that refine themselves around an experiment's boundary.
+
+Each round reads the experiment's summary, brackets its boundary along the
+experiment's ``refine_axis`` (per line of the grid: two neighbouring computed
+values on opposite sides of the level), adds the bracket midpoints as
+``extra_points`` to a copy of the config that records every round, and runs the
+same Snakemake workflow on it (locally, or with any profile given). Stores are
+named by their cells, so only the new cells are computed; each round halves
+every bracket, ``rounds`` of them narrow it ``2^rounds`` times.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from .config import load, validate
+from .experiments import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def refined_path(configfile: str | Path) -> Path:
+    """``config/x.yaml`` -> ``config/x.refined.yaml`` (a refined config refines itself further)."""
+    path = Path(configfile)
+    return path if path.name.endswith(".refined.yaml") else path.with_name(path.stem + ".refined.yaml")
+
+
+def run_workflow(configfile: Path, experiment: str, snakefile: Path, args, log=print) -> None:
+    sweep = validate(load(configfile), reach_scheduler=False)
+    target = str(sweep.results / "figures" / f"{experiment}.png")
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--configfile", str(configfile),
+           *args, target]
+    log("running: " + " ".join(cmd))
+    proc = subprocess.run(cmd)
+    if proc.returncode:
+        raise RuntimeError(f"the workflow failed (exit {proc.returncode}); see its output above")
+
+
+def refine(configfile: str | Path, experiment: str, rounds: int = 1, snakemake_args=("--cores", "all"),
+           snakefile: str | Path | None = None, log=print) -> Path:
+    """Refine ``experiment``'s boundary ``rounds`` times; return the refined config's path."""
+    from .store import open_verified
+
+    snakefile = Path(snakefile or ROOT / "Snakefile")
+    source = Path(configfile)
+    config = load(source)
+    if experiment not in (config.get("experiments") or {}):
+        raise ConfigError(f"experiments.{experiment}: not in {source}; refine an experiment the config runs")
+    sweep = validate(config, reach_scheduler=False)
+    exp = sweep.experiments.get(experiment)
+    if exp.refine_axis is None:
+        raise ConfigError(f"experiments.{experiment}: declares no boundary to refine")
+    out = refined_path(source)
+    current = source
+    for round_ in range(1, rounds + 1):
+        run_workflow(current, experiment, snakefile, snakemake_args, log)
+        sweep = validate(config, reach_scheduler=False)
+        with open_verified(sweep.results / "summaries" / f"{experiment}.zarr") as summary:
+            points = exp.refinement(summary.load(), sweep.specs[experiment])
+        if not points:
+            log(f"round {round_}: no bracket left to split along {exp.refine_axis}")
+            break
+        config = copy.deepcopy(config)
+        block = config["experiments"][experiment]
+        block["extra_points"] = list(block.get("extra_points") or []) + points
+        done = [r for r in config.get("refinement") or [] if r.get("experiment") == experiment]
+        config.setdefault("refinement", []).append({
+            "experiment": experiment, "round": len(done) + 1, "axis": exp.refine_axis,
+            "added": len(points), "from": str(source)})
+        out.write_text("# Written by attnflow refine: the config it started from, plus a record of each\n"
+                       "# round under `refinement` and the points it added under `extra_points`.\n"
+                       + yaml.safe_dump(config, sort_keys=False))
+        log(f"round {round_}: {len(points)} new points along {exp.refine_axis} -> {out}")
+        current = out
+    run_workflow(current, experiment, snakefile, snakemake_args, log)
+    return current
+
+
+__all__ = ["refine", "refined_path"]
