@@ -140,7 +140,7 @@ def test_same_seeds_bit_identical_on_one_core(tmp_path, tiny_run):
     _, _, reference = tiny_run
     config = write_config(tmp_path, **{f"experiments.{name}": None for name in (
         "energy", "superadditivity", "clustering_time", "clustering_probability", "entropy",
-        "orthogonality")})
+        "orthogonality", "toy_margin")})
     run(tmp_path, config, cores=1)
     for store in (tmp_path / "results" / "simulations").glob("*.zarr"):
         a, b = xr.open_zarr(store).load(), xr.open_zarr(reference / "simulations" / store.name).load()

@@ -107,9 +107,10 @@ def test_rerun_is_noop_and_new_values_run_only_their_jobs(tiny_run):
     tmp, config, _ = tiny_run
     assert planned(tmp, config) == {}
     # One more beta: beta_star batches over beta, so each (H, n) batch reruns (computing
-    # only its new cell), then the summary and figure; nothing else.
+    # only its new cell), then the summary and figure of beta_star, and of toy_margin, whose
+    # cells one of those batches owns; nothing else.
     more_beta = write_config(tmp, "beta.yaml", **{"experiments.beta_star.grid.beta": [0.5, 2.0, 8.0]})
-    assert planned(tmp, more_beta) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+    assert planned(tmp, more_beta) == {"simulate": 2, "aggregate": 2, "plot": 2, "all": 1}
     # One more d in clustering_time: batches over n, so two new batches (one per attention).
     more_d = write_config(tmp, "d.yaml", **{"experiments.clustering_time.grid.d": [16, 64, 128]})
     assert planned(tmp, more_d) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
@@ -131,6 +132,14 @@ def _store_of(results, experiment, index=0):
     raise AssertionError(experiment)
 
 
+def _experiments_reading(config, store_name):
+    from attnflow.config import validate
+
+    sweep = validate(load(config), reach_scheduler=False)
+    return {name for name in sweep.points
+            if any(path.rsplit("/", 1)[-1] == store_name for _, path in sweep.entries(name))}
+
+
 @pytest.mark.parametrize("damage", ["delete", "truncate-chunk", "delete-chunk"])
 def test_damaged_store_heals_with_a_plain_run(tiny_run, tmp_path, damage):
     config = _copy_run(tiny_run, tmp_path)
@@ -149,8 +158,11 @@ def test_damaged_store_heals_with_a_plain_run(tiny_run, tmp_path, damage):
         else:
             chunk.unlink()
         assert attnflow_main(["status", "--configfile", str(config)]) == 0
-    # A dry run plans exactly the batch that holds it, then its summary and figure.
-    assert planned(tmp_path, config) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
+    # A dry run plans exactly the batch that holds it, then the summary and figure of each
+    # experiment that reads it (the tiny config shares some beta_star cells with toy_margin).
+    readers = _experiments_reading(config, store.name)
+    assert "beta_star" in readers
+    assert planned(tmp_path, config) == {"simulate": 1, "aggregate": len(readers), "plot": len(readers), "all": 1}
     proc = run(tmp_path, config)
     assert f"batch {manifest.stem} recomputes it" in proc.stderr
     after = snapshot(results / "simulations")

@@ -96,11 +96,12 @@ class TrainedHeads(Experiment):
         ax.axhspan(70, 85, color="tab:green", alpha=0.15, label="70-85 degrees (the paper)")
         ax.violinplot([ds.principal_angle.sel(layer=L).values for L in layers], positions=layers,
                       showmedians=True, widths=0.8)
+        ticks = []
         for L in layers:
             values = ds.principal_angle.sel(layer=L).values
-            ax.text(L, 2, f"med {np.median(values):.0f}\np10 {np.percentile(values, 10):.0f}",
-                    ha="center", fontsize=6)
-        ax.set_xticks(layers)
+            ticks.append(f"{L}\nmedian {np.median(values):.0f}\np10 {np.percentile(values, 10):.0f}\n"
+                         f"min {values.min():.0f}")
+        ax.set_xticks(layers, ticks, fontsize=6)
         ax.set_ylim(0, 92)
         ax.set_xlabel("layer")
         ax.set_ylabel("principal angle between query subspaces (degrees)")
@@ -128,7 +129,10 @@ class TrainedHeads(Experiment):
                     mean = sub.beta_mono_mean.values
                     ax.plot(np.arange(len(layers)), mean, "D", color="w", mec="k", ms=6)
                     above = sub.beta_mono_above_grid.values >= 0.5
+                    below = sub.beta_mono_below_grid.values >= 0.5
                     ax.plot(np.arange(len(layers))[above], np.full(above.sum(), b_edges[-1] * 0.93), "^",
+                            color="w", mec="k")
+                    ax.plot(np.arange(len(layers))[below], np.full(below.sum(), b_edges[0] * 1.07), "v",
                             color="w", mec="k")
                 ax.set_xticks(np.arange(len(layers)), [str(L) for L in layers])
                 log_ticks(ax, "y", b_vals)
@@ -143,7 +147,10 @@ class TrainedHeads(Experiment):
         axes[0, 1].legend(handles=[Line2D([], [], marker="D", color="w", mec="k", ls="",
                                           label="measured threshold (mean over seeds)"),
                                    Line2D([], [], marker="^", color="w", mec="k", ls="",
-                                          label="above the grid")], fontsize=6, loc="lower right")
+                                          label="above the grid"),
+                                   Line2D([], [], marker="v", color="w", mec="k", ls="",
+                                          label="fails already at the smallest beta")],
+                           fontsize=6, loc="lower right")
         fixed = self.describe_fixed(spec, ("weights", "n", "init", "values"))
         fig.suptitle(f"Trained heads (Thm 19, 39): {fixed}; seeds={len(ds.seed)}", fontsize=9)
         fig.subplots_adjust(right=0.9, hspace=0.3, wspace=0.25)
