@@ -162,7 +162,8 @@ def test_damaged_store_heals_with_a_plain_run(tiny_run, tmp_path, damage):
     # experiment that reads it (the tiny config shares some beta_star cells with toy_margin).
     readers = _experiments_reading(config, store.name)
     assert "beta_star" in readers
-    assert planned(tmp_path, config) == {"simulate": 1, "aggregate": len(readers), "plot": len(readers), "all": 1}
+    expected = {"simulate": 1, "aggregate": len(readers), "plot": len(readers), "all": 1}
+    assert planned(tmp_path, config) == expected
     proc = run(tmp_path, config)
     assert f"batch {manifest.stem} recomputes it" in proc.stderr
     after = snapshot(results / "simulations")
