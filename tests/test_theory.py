@@ -75,6 +75,22 @@ def test_equiangular_rate_early_and_late():
 
 
 @pytest.mark.parametrize("attention", ["softmax", "relu"])
+@pytest.mark.parametrize("n_count", [3, 4])
+def test_closed_forms_broadcast_n_like_a_scalar(attention, n_count):
+    # A grid over (n, gamma) in one call must equal the call per grid point. n_count = 4 = the gamma
+    # count is the case where a misaligned n axis broadcasts silently instead of raising.
+    lam, beta = np.array([0.6, 1.4]), 1.5
+    n = np.array([2.0, 5.0, 9.0, 30.0][:n_count])
+    gamma = np.array([0.05, 0.2, 0.5, 0.9])
+    grid = theory.equiangular_rate(gamma[None, :], lam, beta, n[:, None], attention)
+    loop = [[theory.equiangular_rate(g, lam, beta, m, attention) for g in gamma] for m in n]
+    np.testing.assert_array_equal(grid, np.array(loop))
+    lams = np.array([[0.2, 1.8], [1.0, 1.0], [3.0, 5.0], [0.5, 0.7]])
+    signs = theory.early_sign(lams[None, :, :], beta, n[:, None])
+    np.testing.assert_array_equal(signs, [[theory.early_sign(lm, beta, m) for lm in lams] for m in n])
+
+
+@pytest.mark.parametrize("attention", ["softmax", "relu"])
 def test_equiangular_time_inverts_the_ode(attention):
     # Independent route: integrate the ODE with DOP853 and stop at gamma1 (an event).
     lam, beta, n, g0, g1 = np.array([0.7, 1.3]), 1.5, 12, 0.05, 0.5

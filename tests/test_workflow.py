@@ -1,5 +1,6 @@
 """End-to-end runs of the Snakemake workflow on the tiny config; checks the summaries' numbers."""
 
+import itertools
 import json
 import os
 
@@ -50,6 +51,14 @@ def test_summaries_match_closed_forms(tiny_run):
     # Particles on equiangular tokens against the closed-form integral (rtol 1e-10).
     assert float(np.abs(ct.rel_error).max()) < 1e-6
     assert ct.t_closed.dims == ("attention", "n", "d", "cluster_threshold")
+    # The closed-form map, point by point from attnflow.theory (one scalar call per grid point).
+    for att, n, d, level in itertools.product(*(ct[k].values for k in ct.t_closed.dims)):
+        point = {"attention": att, "n": n, "d": d, "cluster_threshold": level}
+        expected = theory.equiangular_time(1 / np.sqrt(d), level, [1.0], 1.0, n, str(att))
+        assert float(ct.t_closed.sel(point)) == pytest.approx(float(expected), rel=1e-12)
+        if att == "softmax":
+            drive = theory.equiangular_rate(1 / np.sqrt(d), [1.0], 1.0, n)
+            assert float(ct.t_bound.sel(point)) == pytest.approx((level - 1 / np.sqrt(d)) / drive, rel=1e-12)
 
     cp = _summary(results, "clustering_probability")
     p = cp.probability.transpose(..., "t").values

@@ -98,6 +98,7 @@ def early_sign(lambdas, beta, n):
     """
     lambdas = np.asarray(lambdas, dtype=float)
     beta = np.asarray(beta, dtype=float)[..., None]
+    n = np.asarray(n, dtype=float)[..., None]
     H = lambdas.shape[-1]
     mean = lambdas.mean(axis=-1, keepdims=True)
     gap = phi(lambdas, beta, n).sum(axis=-1) - H * phi(mean, beta, n)[..., 0]
@@ -121,9 +122,11 @@ def equiangular_rate(gamma, lambdas, beta, n, attention="softmax"):
     gamma = np.asarray(gamma, dtype=float)[..., None]
     lambdas = np.asarray(lambdas, dtype=float)
     beta = np.asarray(beta, dtype=float)[..., None]
+    n = np.asarray(n, dtype=float)
     g = gamma[..., 0]
     if attention == "softmax":
-        drive = lambdas / (np.exp(beta * lambdas * (1.0 - gamma)) + n - 1.0)
+        # gamma, beta and n gain the heads axis so that lambdas' last axis lines up with it alone.
+        drive = lambdas / (np.exp(beta * lambdas * (1.0 - gamma)) + n[..., None] - 1.0)
         return 2.0 * (1.0 - g) * (1.0 + (n - 1.0) * g) * drive.sum(axis=-1)
     if attention == "relu":
         return (2.0 * beta[..., 0] / n) * g * (1.0 - g) * (1.0 + (n - 1.0) * g) * (lambdas**2).sum(axis=-1)
