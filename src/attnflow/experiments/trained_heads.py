@@ -91,7 +91,7 @@ class TrainedHeads(Experiment):
     def plot(self, summary, spec):
         ds = self.with_axes(summary, spec)
         layers = [int(v) for v in ds.layer.values]
-        fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+        fig, axes = plt.subplots(2, 3, figsize=(15, 9))
         ax = axes[0, 0]
         ax.axhspan(70, 85, color="tab:green", alpha=0.15, label="70-85 degrees (the paper)")
         ax.violinplot([ds.principal_angle.sel(layer=L).values for L in layers], positions=layers,
@@ -153,7 +153,7 @@ class TrainedHeads(Experiment):
                            fontsize=6, loc="lower right")
         fixed = self.describe_fixed(spec, ("weights", "n", "init", "values"))
         fig.suptitle(f"Trained heads (Thm 19, 39): {fixed}; seeds={len(ds.seed)}", fontsize=9)
-        fig.subplots_adjust(right=0.9, hspace=0.3, wspace=0.25)
+        fig.subplots_adjust(right=0.9, hspace=0.42, wspace=0.25)
         return fig
 
 
