@@ -75,3 +75,19 @@ def test_each_round_plans_only_new_cells(tmp_path, monkeypatch):
     second = tmp_path / "second.yaml"
     second.write_text(yaml.safe_dump(cfg))
     assert planned(tmp_path, second) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["refine", "beta_star", "--configfile", "c.yaml", "--rounds", "3"], ["--cores", "all"]),
+    (["refine", "--rounds", "3", "beta_star", "--configfile", "c.yaml", "--", "--profile", "p", "-n"],
+     ["--profile", "p", "-n"]),
+])
+def test_refine_command_line_as_the_readme_writes_it(monkeypatch, argv, expected):
+    # Options after the experiment are attnflow's; only what follows "--" goes to snakemake.
+    import attnflow.refine
+    from attnflow.cli import main
+
+    calls = []
+    monkeypatch.setattr(attnflow.refine, "refine", lambda *a: calls.append(a) or "c.refined.yaml")
+    assert main(argv) == 0
+    assert calls == [("c.yaml", "beta_star", 3, expected)]

@@ -119,13 +119,20 @@ def main(argv=None) -> int:
     refine.add_argument("experiment")
     refine.add_argument("--configfile", default="config/config.yaml")
     refine.add_argument("--rounds", type=int, default=1, help="each round halves every bracket")
-    refine.add_argument("snakemake_args", nargs=argparse.REMAINDER,
-                        help="after --: arguments for snakemake (default --cores all), e.g. -- --profile "
-                             "profiles/slurm")
+    refine.epilog = ("Arguments after -- go to snakemake (default --cores all), e.g. "
+                     "attnflow refine beta_star --rounds 3 -- --profile profiles/slurm")
     refine.set_defaults(func=_refine)
+    # Split at "--" before parsing, so that options may come in any order before it and
+    # snakemake's own options after it are never read as attnflow's.
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
-    if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
-        args.snakemake_args = args.snakemake_args[1:]
+    if passthrough and args.command != "refine":
+        parser.error(f"arguments after -- go to snakemake; only attnflow refine takes them: {passthrough}")
+    args.snakemake_args = passthrough
     return args.func(args)
 
 
