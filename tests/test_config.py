@@ -58,6 +58,13 @@ def _with(path, value, base=BASE):
     ("experiments.beta_star.batch_over", ["n", "d"], r"batch_over: 'd' is not a grid axis"),
     ("experiments", {}, r"experiments: \{\} should be non-empty"),
     ("experiment_modules", ["no.such.module"], r"experiment_modules: cannot import 'no\.such\.module'"),
+    # A field pinned by the closed form, given another value or made a grid axis.
+    ("experiments.clustering_time.fixed.heads", "block",
+     r"experiments\.clustering_time\.fixed\.heads: must be scalar \(the closed form is the equiangular"),
+    ("experiments.clustering_probability.grid.attention", ["softmax", "relu"],
+     r"experiments\.clustering_probability\.fixed\.attention: must be softmax"),
+    ("experiments.clustering_time.fixed.cluster_metric", "epsilon",
+     r"clustering_time\.fixed\.cluster_metric: must be gamma_mean \(the time for the mean cosine"),
 ])
 def test_config_mistakes_are_one_line_naming_the_key(path, value, match):
     with pytest.raises(ConfigError) as err:

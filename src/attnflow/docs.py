@@ -31,6 +31,9 @@ def experiments_markdown(experiments=None) -> str:
             f"**Figure axes.** {axes}; an axis missing from the grid is taken from `fixed`. "
             f"**Observables recorded:** {', '.join(exp.observables) or 'cosines only'}.",
             "",
+            *([("**Pinned** (must stay fixed at these values): "
+                + "; ".join(f"`{key}: {value}` ({why})" for key, (value, why) in exp.pinned.items()) + "."),
+               ""] if exp.pinned else []),
             f"**The figure.** {exp.caption}",
             "",
             f"**How to read it.** {exp.reading}",

@@ -77,6 +77,8 @@ class Experiment:
     defaults: ClassVar[dict]  # the default config block: fixed, grid, batch_over
     caption: ClassVar[str]  # report caption
     reading: ClassVar[str]  # how to read the figure, for docs/experiments.md
+    # Cell fields the closed form is derived for, fixed at one value: field -> (value, why).
+    pinned: ClassVar[dict[str, tuple[object, str]]] = {}
 
     # --- configuration -------------------------------------------------------------------------
     def spec(self, block: dict | None, defaults: dict | None = None) -> Spec:
@@ -112,8 +114,11 @@ class Experiment:
     def check(self, spec: Spec) -> None:
         """Refuse a spec the figure cannot be drawn from; ``ConfigError`` naming the experiment and key.
 
-        The base checks ``axes``; subclasses may add checks (call ``super().check``).
+        The base checks ``axes`` and ``pinned``; subclasses may add checks (call ``super().check``).
         """
+        for key, (value, why) in self.pinned.items():
+            if key in spec.grid or spec.fixed.get(key) != value:
+                raise ConfigError(f"experiments.{self.name}.fixed.{key}: must be {value} ({why})")
         for axis in self.axes:
             values = spec.values(axis.name)
             where = f"experiments.{self.name}.{'grid' if axis.name in spec.grid else 'fixed'}.{axis.name}"

@@ -11,7 +11,7 @@ from matplotlib.lines import Line2D
 from .. import theory
 from ..plotting import log_edges, log_ticks
 from ..tokens import typical_cosine
-from . import Axis, ConfigError, Experiment
+from . import Axis, Experiment
 from ._common import wilson_interval
 
 TIME_POINTS = 256
@@ -46,15 +46,11 @@ class ClusteringProbability(Experiment):
                "later than equiangular ones at the same typical cosine when beta is large (tokens "
                "first form several metastable clusters), and close to it when beta is small.")
 
-    def check(self, spec):
-        super().check(spec)
-        if spec.fixed.get("cluster_metric") != "epsilon":
-            raise ConfigError(f"experiments.{self.name}.fixed.cluster_metric: must be epsilon (clustered: "
-                              "every pair within 1 - cluster_threshold)")
-        for key, value in (("heads", "scalar"), ("lambda_dist", "equal"), ("attention", "softmax")):
-            if key in spec.grid or spec.fixed.get(key) != value:
-                raise ConfigError(f"experiments.{self.name}.fixed.{key}: must be {value} (the closed-form "
-                                  "boundary is the equiangular ODE of equal scalar softmax heads)")
+    pinned = {
+        "cluster_metric": ("epsilon", "clustered: every pair within 1 - cluster_threshold"),
+        **{key: (value, "the closed-form boundary is the equiangular ODE of equal scalar softmax heads")
+           for key, value in (("heads", "scalar"), ("lambda_dist", "equal"), ("attention", "softmax"))},
+    }
 
     refine_axis = "beta"
 

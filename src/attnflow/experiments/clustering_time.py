@@ -11,7 +11,7 @@ from matplotlib.lines import Line2D
 from .. import theory
 from ..plotting import log_ticks
 from ..tokens import typical_cosine
-from . import Axis, ConfigError, Experiment
+from . import Axis, Experiment
 
 # "<<" in the regimes of Thm 25, read as a factor 4.
 REGIME_FACTOR = 4.0
@@ -96,15 +96,11 @@ class ClusteringTime(Experiment):
                "scaling. From random tokens relu weights vanish between tokens with negative cosine: "
                "relu runs freeze into several clusters (panel d), which a censored time alone would hide.")
 
-    def check(self, spec):
-        super().check(spec)
-        if spec.fixed.get("cluster_metric") != "gamma_mean":
-            raise ConfigError(f"experiments.{self.name}.fixed.cluster_metric: must be gamma_mean (the "
-                              "time for the mean cosine to reach each cluster_threshold level)")
-        for key, value in (("heads", "scalar"), ("lambda_dist", "equal")):
-            if key in spec.grid or spec.fixed.get(key) != value:
-                raise ConfigError(f"experiments.{self.name}.fixed.{key}: must be {value} (the closed form "
-                                  "is the equiangular ODE of equal scalar heads)")
+    pinned = {
+        "cluster_metric": ("gamma_mean", "the time for the mean cosine to reach each cluster_threshold"),
+        **{key: (value, "the closed form is the equiangular ODE of equal scalar heads")
+           for key, value in (("heads", "scalar"), ("lambda_dist", "equal"))},
+    }
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         return xr.Dataset({
