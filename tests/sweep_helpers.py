@@ -18,18 +18,23 @@ TINY = ROOT / "tests" / "config_tiny.yaml"
 ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
 
 
+def set_dotted(cfg: dict, path: str, value) -> None:
+    """``cfg["a"]["b"] = value`` for ``path = "a.b"``, creating levels; ``None`` removes the key."""
+    node = cfg
+    *parents, leaf = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is None:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+
+
 def write_config(tmp: Path, name: str = "config.yaml", **edits) -> Path:
     """The tiny config with results under ``tmp/results``; ``edits`` use dotted keys."""
     cfg = yaml.safe_load(TINY.read_text().replace("RESULTS_DIR", str(tmp / "results")))
     for path, value in edits.items():
-        node = cfg
-        *parents, leaf = path.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        if value is None:
-            node.pop(leaf, None)
-        else:
-            node[leaf] = value
+        set_dotted(cfg, path, value)
     out = tmp / name
     out.write_text(yaml.safe_dump(cfg))
     return out

@@ -1,11 +1,12 @@
 """Config mistakes fail before any job, as one line naming the key; the schema and docs are generated."""
 
+import copy
 import socket
 from pathlib import Path
 
 import pytest
 import yaml
-from sweep_helpers import ROOT, TINY, run, write_config
+from sweep_helpers import ROOT, TINY, run, set_dotted, write_config
 
 from attnflow.cell import FIELD_DOCS
 from attnflow.config import ConfigError, load, schema, validate
@@ -25,17 +26,8 @@ BASE = {
 
 
 def _with(path, value, base=BASE):
-    import copy
-
     cfg = copy.deepcopy(base)
-    node = cfg
-    *parents, leaf = path.split(".")
-    for key in parents:
-        node = node.setdefault(key, {})
-    if value is None:
-        node.pop(leaf, None)
-    else:
-        node[leaf] = value
+    set_dotted(cfg, path, value)
     return cfg
 
 
