@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 from pathlib import Path
@@ -179,12 +180,16 @@ def verify(path: str | Path, *, checksums: bool = True) -> StoreState:
         return StoreState("corrupt", f"no readable completion record ({RECORD})")
     for rel, meta in files.items():
         f = path / rel
-        if not f.is_file():
+        try:
+            st = f.stat()  # once per file: the workflow runs this over every store at each start
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
             return StoreState("corrupt", f"{_describe(rel)} is missing")
-        if f.stat().st_size != meta["size"]:
-            return StoreState("corrupt", f"{_describe(rel)} has {f.stat().st_size} bytes, "
+        if st.st_size != meta["size"]:
+            return StoreState("corrupt", f"{_describe(rel)} has {st.st_size} bytes, "
                                          f"{meta['size']} were written")
-        touched = f.stat().st_mtime_ns != meta.get("mtime_ns")
+        touched = st.st_mtime_ns != meta.get("mtime_ns")
         if (checksums or touched) and _sha256(f) != meta["sha256"]:
             return StoreState("corrupt", f"{_describe(rel)} does not match its checksum")
     extra = [str(p.relative_to(path)) for p in _files(path) if str(p.relative_to(path)) not in files]
