@@ -78,9 +78,14 @@ class Layer:
     def rows(self, matrix: np.ndarray, h: int) -> np.ndarray:
         return matrix[h * self.d_head:(h + 1) * self.d_head]
 
+    def score_factors(self, h: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(A, B)``, ``(d_head, d)`` each, with ``score(h) = A^T B``."""
+        return self.rows(self.query, h) / np.sqrt(self.d_head), self.rows(self.key, h)
+
     def score(self, h: int) -> np.ndarray:
         """``W_Q^h^T W_K^h / sqrt(d_head)``, before symmetrisation."""
-        return self.rows(self.query, h).T @ self.rows(self.key, h) / np.sqrt(self.d_head)
+        a, b = self.score_factors(h)
+        return a.T @ b
 
     def value_matrix(self, h: int) -> np.ndarray:
         """``W_O^h W_V^h``."""
@@ -175,17 +180,18 @@ class TrainedHeads:
     antisymmetric_share: np.ndarray  # (H,) ||antisym(M_h)||_F / ||M_h||_F, the part discarded
 
 
-def symmetric_factors(m: np.ndarray, tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
-    """``(U, e)`` with ``(m + m^T)/2 = U diag(e) U^T``, through the span of ``m``'s rows and columns.
+def symmetric_factors(a: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+    """``(U, e)`` with ``(m + m^T)/2 = U diag(e) U^T`` for ``m = a^T b`` (``a``, ``b``: ``(k, d)``).
 
-    For ``m = A^T B`` of rank ``k`` the symmetric part has rank at most ``2k``: an
-    orthonormal basis of the column spaces of ``m`` and ``m^T`` (thin SVDs)
-    carries it, and a small eigendecomposition gives the factors.
+    The symmetric part has rank at most ``2k`` and lives in the span of the rows
+    of ``a`` and ``b``: an orthonormal basis of that span (a thin SVD of a
+    ``d x 2k`` matrix, never of a ``d x d`` one) carries it, and a small
+    eigendecomposition gives the factors.
     """
-    sym = 0.5 * (m + m.T)
-    u, s, _ = np.linalg.svd(np.concatenate([m, m.T], axis=1), full_matrices=False)
+    u, s, _ = np.linalg.svd(np.concatenate([a.T, b.T], axis=1), full_matrices=False)
     basis = u[:, s > tol * s[0]]
-    e, v = np.linalg.eigh(basis.T @ sym @ basis)
+    x, y = a @ basis, b @ basis  # m projected: basis^T m basis = x^T y
+    e, v = np.linalg.eigh(0.5 * (x.T @ y + y.T @ x))
     return basis @ v, e
 
 
@@ -196,7 +202,7 @@ def build(weights: str, layer: int, subset: tuple[int, ...], values: str, heads:
     us, es, vs, norms, shares, discarded = [], [], [], [], [], []
     for h in subset:
         m = lay.score(h)
-        u, e = symmetric_factors(m)
+        u, e = symmetric_factors(*lay.score_factors(h))
         us.append(u)
         es.append(e)
         norms.append(np.max(np.abs(e)))
@@ -234,7 +240,7 @@ def cross_norms(weights: str, layer: int, heads: int = 0) -> np.ndarray:
     ||E_a (U_a^T U_b) E_b||_op``, a small matrix.
     """
     lay = load_layer(weights, layer, heads)
-    factors = [symmetric_factors(lay.score(h)) for h in range(lay.heads)]
+    factors = [symmetric_factors(*lay.score_factors(h)) for h in range(lay.heads)]
     norms = [np.max(np.abs(e)) for _, e in factors]
     out = []
     for a, (ua, ea) in enumerate(factors):
