@@ -18,8 +18,7 @@ def sweep_status(sweep) -> dict[str, dict]:
     report = {}
     for name, points in sweep.points.items():
         states = {state: {} for state in STATES}
-        for point in dict((cell_id(p.cell), p) for p in points).values():
-            cid = cell_id(point.cell)
+        for cid, point in {cell_id(p.cell): p for p in points}.items():
             state = verify(store_path(sweep.stores, point.cell))
             if state.status == "missing" and failure_path(sweep.stores, point.cell).exists():
                 error = json.loads(failure_path(sweep.stores, point.cell).read_text())["error"]

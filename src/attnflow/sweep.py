@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import time
 from collections.abc import Iterable
@@ -58,16 +57,8 @@ class Point:
 def spec_points(spec: Spec) -> list[Point]:
     """The grid points of a resolved spec (the product, then any extra points, each once);
     ``ConfigError`` naming the experiment for a bad cell."""
-    axes = list(spec.grid)
-    product = (dict(zip(axes, values, strict=True))
-               for values in itertools.product(*(spec.grid[a] for a in axes)))
-    extra = ({a: point[a] for a in axes} for point in spec.extra_points)  # in the grid's axis order
-    seen, points = set(), []
-    for coords in itertools.chain(product, extra):
-        key = json.dumps(coords, sort_keys=True, default=float)
-        if key in seen:
-            continue
-        seen.add(key)
+    points = []
+    for coords in spec.coordinates():
         try:
             cell = Cell(**{**spec.fixed, **coords})
         except TypeError as err:  # a field Cell does not have

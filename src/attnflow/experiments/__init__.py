@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import itertools
 import json
 import pkgutil
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,11 @@ class Axis:
     why: str = ""
 
 
+def point_key(coords: dict) -> str:
+    """A grid point as text, equal for equal coordinates (1 and 1.0 alike, any key order)."""
+    return json.dumps(coords, sort_keys=True, default=float)
+
+
 @dataclasses.dataclass(frozen=True)
 class Spec:
     """An experiment's resolved config block: every cell field not on the grid, the grid, the batches."""
@@ -54,6 +60,20 @@ class Spec:
         if axis not in self.grid:
             return [self.fixed[axis]]
         return list(dict.fromkeys([*self.grid[axis], *(p[axis] for p in self.extra_points)]))
+
+    def coordinates(self):
+        """Every grid point's coordinates, each once: the product of the grid, then the extra points
+        (in the grid's axis order)."""
+        axes = list(self.grid)
+        product = (dict(zip(axes, values, strict=True))
+                   for values in itertools.product(*(self.grid[a] for a in axes)))
+        extra = ({a: point[a] for a in axes} for point in self.extra_points)
+        seen = set()
+        for coords in itertools.chain(product, extra):
+            key = point_key(coords)
+            if key not in seen:
+                seen.add(key)
+                yield coords
 
     def to_json(self) -> str:
         return json.dumps({"fixed": self.fixed, "grid": self.grid, "batch_over": list(self.batch_over),
@@ -171,8 +191,7 @@ class Experiment:
         field = field.transpose(*others, axis)
         values = np.asarray(field[axis].values, dtype=float)
         order = np.argsort(values)
-        known = {json.dumps({a: p[a] for a in spec.grid}, sort_keys=True, default=float)
-                 for p in self._all_points(spec)}
+        known = {point_key(coords) for coords in spec.coordinates()}
         points = []
         for index in np.ndindex(*field.shape[:-1]):
             line = np.asarray(field.values[index], dtype=float)[order] - level
@@ -185,20 +204,11 @@ class Experiment:
                     mid = float(np.sqrt(lo * hi) if lo > 0 else 0.5 * (lo + hi))
                     point = {a: _plain(field[a].values[i]) for a, i in zip(others, index, strict=True)}
                     point[axis] = round(mid, 12)
-                    key = json.dumps({a: point[a] for a in spec.grid}, sort_keys=True, default=float)
+                    key = point_key({a: point[a] for a in spec.grid})
                     if key not in known:
                         known.add(key)
                         points.append(point)
         return points
-
-    @staticmethod
-    def _all_points(spec: Spec):
-        import itertools
-
-        axes = list(spec.grid)
-        for values in itertools.product(*(spec.grid[a] for a in axes)):
-            yield dict(zip(axes, values, strict=True))
-        yield from spec.extra_points
 
     # --- figure --------------------------------------------------------------------------------
     def plot(self, summary: xr.Dataset, spec: Spec):
