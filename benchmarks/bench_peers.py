@@ -84,13 +84,25 @@ def reference(cell, scores, x0, beta, count):
 
 
 # --- attnflow -------------------------------------------------------------------------------------
-def attnflow_route(cell, scores, x0, beta, groups):
-    """simulate() itself when beta is shared; the same engine call when it varies per trajectory."""
+def attnflow_route(cell, scores, x0, beta, groups, calls=None):
+    """simulate() itself when beta is shared; the same engine call when it varies per trajectory.
+
+    ``calls``, when given, receives the mean field evaluations per trajectory: ``"all"``, and
+    ``"samples"``, those made at the output times for the observables.
+    """
     from attnflow.engine import solve
+
+    def count(steps, rejected, rhs_calls):
+        if calls is not None:
+            # Per attempted step, the stages after the first (FSAL); plus the initial field
+            # and the initial step-size probe. What remains was spent at the samples.
+            stages = 6 * (np.mean(steps) + np.mean(rejected)) + 2
+            calls.update(all=float(np.mean(rhs_calls)), samples=float(np.mean(rhs_calls)) - stages)
 
     if np.all(beta == beta[0]):
         def run():
             ds = simulate(cell.replace(observables=list(groups)), x0=None)
+            count(ds.n_steps.values, ds.n_rejected.values, ds.attrs["solver_rhs_calls"] / cell.n_seeds)
             x = ds.x.values if "x" in ds else None
             return x, ds.n_steps.values, ds.norm_drift.values
     else:
@@ -98,6 +110,7 @@ def attnflow_route(cell, scores, x0, beta, groups):
             r = solve(x0, scores, attention="softmax", beta=beta, spherical=True,
                       t_eval=np.linspace(0, T_MAX, SAMPLES), rtol=RTOL, atol=ATOL, max_steps=100_000,
                       groups=groups)
+            count(r.n_steps, r.n_rejected, r.n_rhs_calls)
             return r.observables.get("x"), r.n_steps, r.norm_drift
     return run
 
@@ -209,15 +222,17 @@ def main(argv=None):
     print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     header = f"{'cell':11} {'route':34} {'wall s':>8} {'compile s':>9} {'steps':>6} {'error':>9} {'drift':>9}"
-    rows = []
+    rows, evaluations = [], {}
     for name in [c.strip() for c in args.cells.split(",")]:
         cell, scores, x0, beta = problem(name)
         k = min(args.ref_seeds, cell.n_seeds)
         ref = reference(cell, scores, x0, beta, k)
+        calls = {}
+        evaluations[name] = calls
         routes = [
             ("attnflow simulate(), positions", attnflow_route(cell, scores, x0, beta, ("positions",))),
             ("attnflow simulate(), all observables",
-             attnflow_route(cell, scores, x0, beta, DEFAULT_GROUPS)),
+             attnflow_route(cell, scores, x0, beta, DEFAULT_GROUPS, calls)),
             ("attnflow simulate(), cosines only", attnflow_route(cell, scores, x0, beta, ("cosines",))),
         ]
         try:
@@ -260,6 +275,12 @@ def main(argv=None):
         if base and full:
             share = 100 * (full - base) / full
             print(f"  {name:11} observables beyond the cosines: {share:.0f}% of simulate()")
+        calls = evaluations.get(name)
+        if calls:
+            # Every observable but the cosines needs the field at the sample itself, which
+            # costs what a stage costs: this fraction of the work is the share's floor.
+            print(f"  {name:11} field evaluations at the samples: {calls['samples']:.0f} of "
+                  f"{calls['all']:.0f} per trajectory ({100 * calls['samples'] / calls['all']:.0f}%)")
 
 
 if __name__ == "__main__":

@@ -38,14 +38,17 @@ T_STOP, T_CLUSTER, RETRACTION, DRIFT = 0, 1, 2, 3
 @numba.njit(cache=True)
 def _accumulate(row, base, stages, h, coeffs):
     """``row = base + sum_j (h coeffs[j]) stages[j]``, stage by stage (vectorising axpys)."""
-    flat_row, flat_base = row.ravel(), base.ravel()
-    flat_row[:] = flat_base
+    n, d = row.shape
+    for i in range(n):
+        for k in range(d):
+            row[i, k] = base[i, k]
     for j in range(coeffs.size):
         c = h * coeffs[j]
         if c != 0.0:
-            k = stages[j].ravel()
-            for e in range(flat_row.size):
-                flat_row[e] += c * k[e]
+            k_j = stages[j]
+            for i in range(n):
+                for k in range(d):
+                    row[i, k] += c * k_j[i, k]
 
 
 @numba.njit(cache=True)
@@ -83,11 +86,12 @@ def _dense(out, y, stages, h, sigma, poly, weights, spherical):
 @numba.njit(cache=True)
 def _rms_scaled(a, y, rtol, atol):
     total = 0.0
-    fa, fy = a.ravel(), y.ravel()
-    for e in range(fa.size):
-        r = fa[e] / (atol + abs(fy[e]) * rtol)
-        total += r * r
-    return np.sqrt(total / fa.size)
+    n, d = a.shape
+    for i in range(n):
+        for k in range(d):
+            r = a[i, k] / (atol + abs(y[i, k]) * rtol)
+            total += r * r
+    return np.sqrt(total / a.size)
 
 
 @numba.njit(cache=True)
@@ -173,11 +177,11 @@ def solve_one(b, x0, hd, H, kind, beta, over_n, spherical, t_eval, rtol, atol, m
         err[:, :] = 0.0
         _accumulate(err, err, stages, h, e)
         total = 0.0
-        fy, fn, fe = y.ravel(), y_new.ravel(), err.ravel()
-        for idx in range(fy.size):
-            ratio = fe[idx] / (atol + rtol * max(abs(fy[idx]), abs(fn[idx])))
-            total += ratio * ratio
-        err_norm = np.sqrt(total / fy.size)
+        for i in range(n):
+            for k in range(d):
+                ratio = err[i, k] / (atol + rtol * max(abs(y[i, k]), abs(y_new[i, k])))
+                total += ratio * ratio
+        err_norm = np.sqrt(total / (n * d))
         accepted = err_norm < 1.0  # False for NaN, so a blow-up is retried smaller
         if fixed_step > 0.0:
             accepted = True

@@ -3,9 +3,11 @@
 numba's ``np.exp`` is a scalar libm call unless Intel's SVML is installed, and
 then its results depend on whether it is. This one is plain arithmetic that
 LLVM vectorises: Cody-Waite reduction ``x = k ln 2 + r``, ``|r| <= ln(2)/2``,
-a degree-13 Taylor polynomial (truncation below 5e-18 relative), and ``2^k``
+a degree-13 Taylor polynomial (truncation below 5e-18 relative) in Horner
+form with fused multiply-adds where the CPU has them (``fastmath`` allows
+contraction only, no reassociation: 25% faster on this machine), and ``2^k``
 assembled from its exponent bits. Measured within 1 ulp of the correctly
-rounded result (tests/test_engine.py), the same on every machine.
+rounded result (tests/test_engine.py), with or without SVML installed.
 Arguments below -708 return ``exp(-708)`` (~3e-308) rather than a subnormal;
 the engine only takes exps of non-positive softmax logits (where that is far
 below the row's largest weight, 1) and of ``beta s`` bounded by ``Cell``.
@@ -27,7 +29,7 @@ _LOWEST = -708.0
 )
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, fastmath={"contract"})
 def exp_inplace(a, bits):
     """``a[:] = exp(a)`` for a 1-d float64 array; ``bits`` is int64 scratch of the same size."""
     for j in range(a.size):

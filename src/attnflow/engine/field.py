@@ -36,7 +36,7 @@ Heads = namedtuple("Heads", "form diag dense u ut eig values_t shared")
 #   xt (d, n)      X^T
 #   y (H, n, d)    rows y^h_j = M_h x_j
 #   z, zl (H, n, r), zt (H, r, n), wz (n, r)   factored heads: Z = X U_h, ZL = Z diag(e_h)
-#   w (H, n, n)    weights w^h_ij (scores before ``attention_weights``)
+#   w (H, n, n)    weights w^h_ij, softmax's times Z_i (scores before ``attention_weights``)
 #   sraw (H, n, n) raw scores s^h_ij (kept only when asked)
 #   rowmax, rowsum (H, n)  softmax shift m_i and normaliser Z_i (see ``attention_weights``)
 #   f (H, n, d)    head outputs f^h_i;  v (n, d) velocity before projection;  xv (n, d) X V_h^T
@@ -106,13 +106,15 @@ def lane_max(a):
 
 @numba.njit(cache=True, inline="always")
 def attention_weights(kind, s, beta, rowmax, rowsum, bits):
-    """Turn the scores ``s`` (n, n) into weights in place (MODEL.md's table).
+    """Turn the scores ``s`` (n, n) into weights in place, softmax's up to a row factor.
 
-    softmax: ``exp(beta (s_ij - m_i)) / Z_i`` with ``m_i`` the row maximum (no
-    overflow) and ``Z_i`` the row sum, both kept in ``rowmax``/``rowsum``; exp:
-    ``exp(beta s_ij)`` (``Cell`` bounds ``beta ||M_h||``), ``Z_i`` kept; relu:
-    ``max(beta s_ij, 0) / n``. Whole-matrix passes, so each loop is long
-    enough to vectorise.
+    softmax: ``exp(beta (s_ij - m_i))`` with ``m_i`` the row maximum (no
+    overflow), and ``Z_i`` the row sum; the weights are these over ``Z_i``, a
+    division ``field`` applies to the n rows of each head output instead of
+    the n^2 weights (``row_scale``). exp: ``exp(beta s_ij)`` (``Cell`` bounds
+    ``beta ||M_h||``), ``Z_i`` kept for the observables. relu: ``max(beta
+    s_ij, 0) / n``. Whole-matrix passes, so each loop is long enough to
+    vectorise. ``rowmax``/``rowsum`` keep ``m_i`` (0 for exp) and ``Z_i``.
     """
     n = s.shape[0]
     if kind == Weights.RELU:
@@ -134,12 +136,19 @@ def attention_weights(kind, s, beta, rowmax, rowsum, bits):
                 s[i, j] = beta * s[i, j]
     exp_inplace(s.ravel(), bits)
     for i in range(n):
-        total = lane_sum(s[i])
-        rowsum[i] = total
-        if kind == Weights.SOFTMAX:
-            inv = 1.0 / total
-            for j in range(n):
-                s[i, j] *= inv
+        rowsum[i] = lane_sum(s[i])
+
+
+@numba.njit(cache=True, inline="always")
+def row_scale(kind, f, rowsum):
+    """Divide the softmax head output's rows by ``Z_i`` (see ``attention_weights``)."""
+    if kind != Weights.SOFTMAX:
+        return
+    n, d = f.shape
+    for i in range(n):
+        inv = 1.0 / rowsum[i]
+        for k in range(d):
+            f[i, k] *= inv
 
 
 @numba.njit(cache=True, inline="always")
@@ -206,7 +215,10 @@ def field(x, out, hd, kind, beta, over_n, spherical, keep_scores, need_rows, ws)
             np.dot(ws.wz, hd.ut[h], f)
         else:
             np.dot(s, ws.y[h], f)
-        v += f
+        row_scale(kind, f, ws.rowsum[h])
+        for i in range(n):
+            for k in range(d):
+                v[i, k] += f[i, k]
     if over_n:
         v *= 1.0 / n
     for i in range(n):

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..attention import Weights
 from .expo import exp_inplace
-from .field import transpose_into
+from .field import lane_sum, transpose_into
 
 
 class Group(IntEnum):
@@ -47,13 +47,14 @@ Outputs = namedtuple(
 )
 
 # Scratch of one trajectory's measurements.
-Scratch = namedtuple("Scratch", "gram p py sdot fnorm radial parent")
+#   row (n,): one row's terms, summed by ``lane_sum``
+Scratch = namedtuple("Scratch", "gram p py sdot fnorm radial parent row")
 
 
 @numba.njit(cache=True)
 def scratch(n, d, H):
     return Scratch(np.empty((n, n)), np.empty((n, n)), np.empty((n, d)), np.empty((n, n)),
-                   np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64))
+                   np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64), np.empty(n))
 
 
 @numba.njit(cache=True)
@@ -125,13 +126,27 @@ def count_clusters(gram, level, parent):
 
 
 @numba.njit(cache=True)
+def _add_transpose(c):
+    """``c <- c + c^T`` in place, by tiles (a plain column walk misses the cache at large n)."""
+    n = c.shape[0]
+    tile = 16
+    for i0 in range(0, n, tile):
+        i1 = min(i0 + tile, n)
+        for j0 in range(i0, n, tile):
+            j1 = min(j0 + tile, n)
+            for i in range(i0, i1):
+                for j in range(max(j0, i), j1):
+                    total = c[i, j] + c[j, i]
+                    c[i, j] = total
+                    c[j, i] = total
+
+
+@numba.njit(cache=True)
 def _softmax_parts(kind, h, beta, ws, sc):
     """Row-stochastic ``p`` with ``exp(beta s_ij) = Z_i e^{beta m_i} p_ij``; returns p (m, Z in ws)."""
-    if kind == Weights.SOFTMAX:
-        return ws.w[h]
     n = ws.w.shape[1]
     p = sc.p
-    if kind == Weights.EXP:  # the weights are exp(beta s): p = w / Z, m = 0
+    if kind != Weights.RELU:  # the weights are exp(beta (s - m)) (m = 0 for exp weights): p = w / Z
         for i in range(n):
             inv = 1.0 / ws.rowsum[h, i]
             for j in range(n):
@@ -205,8 +220,10 @@ def measure(x, xdot, want, kind, beta, shared_rows, cluster_level, ws, sc, out, 
         out.gamma_mean_rate[b, t] = 2.0 * (cross - self_rate) / (n * (n - 1))
 
     if want[Group.ENERGY] or want[Group.ENTROPY]:
+        # With value alignment the energies of softmax and exp weights need only m, Z and f.
+        need_p = want[Group.ENTROPY] or not shared_rows or kind == Weights.RELU
         for h in range(H):
-            p = _softmax_parts(kind, h, beta, ws, sc)
+            p = _softmax_parts(kind, h, beta, ws, sc) if need_p else sc.p
             m, z = ws.rowmax[h], ws.rowsum[h]
             if want[Group.ENERGY]:
                 # g_i = sum_j exp(beta s_ij) M_h x_j = c_i (P Y)_i with c_i = Z_i e^{beta m_i}.
@@ -228,19 +245,21 @@ def measure(x, xdot, want, kind, beta, shared_rows, cluster_level, ws, sc, out, 
                 out.energy[b, t, h] = energy / (2.0 * beta * n * n)
                 out.energy_rate[b, t, h] = rate / (n * n)
             if want[Group.ENTROPY]:
-                s = ws.sraw[h]
-                np.dot(xdot, ws.y[h].T, sc.sdot)  # C_ij = <xdot_i, y_j>; ds_ij/dt = C_ij + C_ji
+                s, rate = ws.sraw[h], sc.sdot
+                np.dot(xdot, ws.y[h].T, rate)  # C_ij = <xdot_i, y_j>
+                _add_transpose(rate)  # ds_ij/dt = C_ij + C_ji
+                row = sc.row
                 for i in range(n):
-                    mean_s, shifted = 0.0, 0.0
-                    for j in range(n):
-                        mean_s += p[i, j] * s[i, j]
-                        shifted += p[i, j] * (s[i, j] - m[i])
-                    cov = 0.0
-                    for j in range(n):
-                        cov += p[i, j] * (s[i, j] - mean_s) * (sc.sdot[i, j] + sc.sdot[j, i])
                     # H_i = -sum_j p log p = log Z_i - beta sum_j p_ij (s_ij - m_i)
-                    out.entropy[b, t, h, i] = np.log(z[i]) - beta * shifted
-                    out.entropy_rate[b, t, h, i] = -beta * beta * cov
+                    for j in range(n):
+                        row[j] = p[i, j] * s[i, j]
+                    mean_s = lane_sum(row)
+                    for j in range(n):
+                        row[j] = p[i, j] * (s[i, j] - m[i])
+                    out.entropy[b, t, h, i] = np.log(z[i]) - beta * lane_sum(row)
+                    for j in range(n):
+                        row[j] = p[i, j] * (s[i, j] - mean_s) * rate[i, j]
+                    out.entropy_rate[b, t, h, i] = -beta * beta * lane_sum(row)
 
     if want[Group.RADIAL]:
         for h in range(H):
