@@ -7,7 +7,7 @@ skipped with a message.
 Every route integrates the same vector field (softmax attention on the sphere,
 random symmetric heads, beta = 1, tokens from attnflow's own generators) with
 Dormand-Prince 5(4), rtol 1e-6, atol 1e-9, float64, 101 output times on
-[0, 10]. Reported per route: wall time (best of 3), compile time (first call
+[0, 10]. Reported per route: wall time (best of 5), compile time (first call
 minus best), mean accepted steps, the largest error against scipy's DOP853 at
 rtol 1e-12 (4 seeds), and the largest norm drift. attnflow keeps its retraction
 onto the sphere, per-trajectory error control and per-seed reproducibility;
@@ -209,7 +209,7 @@ def scipy_route(cell, scores, x0, beta):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", default="S,M,L,mixed beta", help="comma-separated subset")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--ref-seeds", type=int, default=4)
     parser.add_argument("--no-scipy", action="store_true", help="skip scipy one by one (slow)")
     args = parser.parse_args(argv)
