@@ -48,6 +48,26 @@ def test_energy_rate_by_finite_differences_for_every_attention(rng, attention):
     np.testing.assert_allclose(o["energy"], head_energies(x, m, beta), rtol=1e-13)
 
 
+@pytest.mark.parametrize("attention", ["softmax", "usa"])
+def test_energy_rate_with_explicit_value_matrices(rng, attention):
+    # V_h != M_h: the head outputs are not the energy's gradient rows, so the engine
+    # forms sum_j p_ij M_h x_j itself (normalised weights it builds only for this).
+    n, d, H, beta = 6, 5, 2, 1.1
+    m = random_symmetric(rng, H, d)
+    v = rng.standard_normal((H, d, d)) / 2
+    x = random_sphere(rng, n, d)
+    xdot = velocity(x, m, beta, attention, True, v)
+    eps = 1e-5
+    fd = (head_energies(x + eps * xdot, m, beta) - head_energies(x - eps * xdot, m, beta)) / (2 * eps)
+    # Energies without entropies: the weights are normalised for the energies alone.
+    o = {k: a[0] for k, a in observe(x[None], m[None], attention=attention, beta=beta, values=v[None],
+                                     groups=("velocity", "energy")).items()}
+    # Central differences: O(eps^2) ~ 1e-10, as above.
+    np.testing.assert_allclose(o["energy_rate"], fd, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(o["energy"], head_energies(x, m, beta), rtol=1e-13)
+    np.testing.assert_allclose(o["kinetic"], np.mean(np.sum(xdot**2, axis=1)), rtol=1e-12)
+
+
 @pytest.mark.parametrize("spherical", [True, False])
 def test_thm16_17_per_head_decomposition(rng, spherical):
     n, d, H, beta = 6, 6, 3, 0.8
