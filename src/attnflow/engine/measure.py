@@ -245,9 +245,9 @@ def measure(x, xdot, want, kind, beta, shared_rows, cluster_level, ws, sc, out, 
                 out.energy[b, t, h] = energy / (2.0 * beta * n * n)
                 out.energy_rate[b, t, h] = rate / (n * n)
             if want[Group.ENTROPY]:
-                s, rate = ws.sraw[h], sc.sdot
-                np.dot(xdot, ws.y[h].T, rate)  # C_ij = <xdot_i, y_j>
-                _add_transpose(rate)  # ds_ij/dt = C_ij + C_ji
+                s, s_rate = ws.sraw[h], sc.sdot
+                np.dot(xdot, ws.y[h].T, s_rate)  # C_ij = <xdot_i, y_j>
+                _add_transpose(s_rate)  # ds_ij/dt = C_ij + C_ji
                 row = sc.row
                 for i in range(n):
                     # H_i = -sum_j p log p = log Z_i - beta sum_j p_ij (s_ij - m_i)
@@ -258,7 +258,7 @@ def measure(x, xdot, want, kind, beta, shared_rows, cluster_level, ws, sc, out, 
                         row[j] = p[i, j] * (s[i, j] - m[i])
                     out.entropy[b, t, h, i] = np.log(z[i]) - beta * lane_sum(row)
                     for j in range(n):
-                        row[j] = p[i, j] * (s[i, j] - mean_s) * rate[i, j]
+                        row[j] = p[i, j] * (s[i, j] - mean_s) * s_rate[i, j]
                     out.entropy_rate[b, t, h, i] = -beta * beta * lane_sum(row)
 
     if want[Group.RADIAL]:
