@@ -34,6 +34,7 @@ from threadpoolctl import threadpool_info
 from attnflow import Cell, simulate
 from attnflow.heads import build_heads
 from attnflow.observables import DEFAULT_GROUPS
+from attnflow.tableau import DOPRI5
 from attnflow.tokens import initial_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -94,9 +95,9 @@ def attnflow_route(cell, scores, x0, beta, groups, calls=None):
 
     def count(steps, rejected, rhs_calls):
         if calls is not None:
-            # Per attempted step, the stages after the first (FSAL); plus the initial field
-            # and the initial step-size probe. What remains was spent at the samples.
-            stages = 6 * (np.mean(steps) + np.mean(rejected)) + 2
+            # Per attempted step, the stages after the first (FSAL, the tableau simulate() uses);
+            # plus the initial field and the initial step-size probe. The rest went to the samples.
+            stages = (DOPRI5.a.shape[0] - 1) * (np.mean(steps) + np.mean(rejected)) + 2
             calls.update(all=float(np.mean(rhs_calls)), samples=float(np.mean(rhs_calls)) - stages)
 
     if np.all(beta == beta[0]):
