@@ -25,10 +25,9 @@ from scipy.integrate import solve_ivp
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from attnflow import Cell
-from attnflow.attention import ATTENTIONS
-from attnflow.engine import _head_arrays, solve
-from attnflow.engine.dopri import _row
-from attnflow.engine.field import Heads, field, workspace
+from attnflow.engine import _head_arrays, flow_of, solve
+from attnflow.engine.dopri import heads_of
+from attnflow.engine.field import field, workspace
 from attnflow.heads import build_heads
 from attnflow.tokens import initial_tokens
 
@@ -69,30 +68,29 @@ def run_scipy(cell, scores, x0, times, method, rtol, atol, count):
 
 
 @numba.njit(cache=True, parallel=True)
-def _fields(x, form, diag, dense, u, ut, eig, values_t, shared, H, kind, beta, repeat):
+def _fields(x, heads, flow, beta, repeat):
     """``repeat`` field evaluations of every trajectory (one per thread at a time)."""
     for b in numba.prange(x.shape[0]):
-        hd = Heads(form, _row(diag, b), _row(dense, b), _row(u, b), _row(ut, b), _row(eig, b),
-                   _row(values_t, b), shared)
+        hd = heads_of(heads, b)
         n, d = x.shape[1], x.shape[2]
-        ws = workspace(n, d, H, hd.eig.shape[1], False, not shared)
+        ws = workspace(n, d, hd.H, hd.eig.shape[1], False, not hd.shared)
         out = np.empty((n, d))
         xb = np.ascontiguousarray(x[b])
         off = np.bool_(False)
         for _ in range(repeat):
-            field(xb, out, hd, kind, beta, False, True, off, off, ws)
+            field(xb, out, hd, flow, beta, off, off, ws)
 
 
 def field_seconds(x0, repeat=50, **heads):
     """Wall time of one field evaluation of the whole batch (best of 3)."""
-    _, H, arrays = _head_arrays(x0, heads.get("scores"), heads.get("diagonal"), heads.get("factors"), None)
-    kind = ATTENTIONS.get("softmax").weights
+    _, arrays = _head_arrays(x0, heads.get("scores"), heads.get("diagonal"), heads.get("factors"), None)
+    flow = flow_of("softmax", spherical=False)
     with threadpool_limits(1):
-        _fields(x0, *arrays, H, kind, 1.0, 2)
+        _fields(x0, arrays, flow, 1.0, 2)
         best = np.inf
         for _ in range(3):
             start = time.perf_counter()
-            _fields(x0, *arrays, H, kind, 1.0, repeat)
+            _fields(x0, arrays, flow, 1.0, repeat)
             best = min(best, (time.perf_counter() - start) / repeat)
     return best
 

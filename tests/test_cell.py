@@ -20,7 +20,7 @@ def test_defaults_valid_and_seeds_normalised():
         (dict(init="orthogonal", n=10, d=8), "d", "8"),
         (dict(init="equiangular", n=10, d=8), "d", "8"),
         (dict(init="equiangular_typical", n=10, d=8), "d", "8"),
-        (dict(attention="sigmoid"), "attention", "sigmoid"),
+        (dict(attention="tanh"), "attention", "tanh"),
         (dict(heads="dense"), "heads", "dense"),
         (dict(beta=0.0), "beta", "0.0"),
         (dict(beta=-1.0), "beta", "-1.0"),

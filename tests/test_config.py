@@ -43,7 +43,7 @@ def _with(path, value, base=BASE):
     ("experiments.phase", {"grid": {"beta": [1.0]}}, r"^experiments\.phase: unknown experiment \(known: "),
     ("experiments.beta_star.fixed.H", "two", r"experiments\.beta_star\.fixed\.H: 'two' is not of type"),
     ("experiments.beta_star.fixed.temperature", 1.0, r"unknown key 'temperature' \(allowed: H, n,"),
-    ("experiments.beta_star.fixed.attention", "sigmoid", r"attention = 'sigmoid': must be one of softmax"),
+    ("experiments.beta_star.fixed.attention", "tanh", r"attention = 'tanh': must be one of softmax"),
     ("experiments.beta_star.grid.beta", [], r"experiments\.beta_star\.grid\.beta: \[\] should be non-empty"),
     ("experiments.beta_star.fixed.d", 5, r"experiments\.beta_star \(grid point .*\): Cell\.d = 5"),
     ("experiments.beta_star.fixed.rtol", 1e-16, r"Cell\.rtol = 1e-16: must lie in"),

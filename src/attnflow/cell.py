@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from numbers import Integral, Real
 
-from .attention import ATTENTIONS
+from .attention import ATTENTIONS, MASKS
 from .heads import HEADS
 from .observables import DEFAULT_GROUPS, GROUPS, canonical_groups
 from .strengths import STRENGTHS
@@ -58,6 +58,8 @@ class Cell:
     d: int = _doc(8, "dimension of the token space")
     beta: float = _doc(1.0, "inverse temperature (> 0; beta * max ||M_h|| <= 600)")
     attention: str = _doc("softmax", "attention type", _choices(ATTENTIONS))
+    mask: str = _doc("none", "attention mask: none, or causal (token i attends to j <= i only)",
+                     _choices(MASKS))
     heads: str = _doc("scalar", "head structure (how M_h is built)", _choices(HEADS))
     delta: float = _doc(0.0, "operator norm of the perturbation (perturbed_block heads only)")
     weights: str = _doc("", "BERT-style .safetensors file of a trained transformer, or 'minilm' (the "
@@ -149,6 +151,16 @@ class Cell:
             object.__setattr__(self, name, _DEFAULTS[name])
         if not self.is_random:
             object.__setattr__(self, "seeds", self.seeds[:1])
+
+    @property
+    def heads_per_seed(self) -> bool:
+        """Whether each seed draws its own heads (the structure, or the strengths it reads, are seeded).
+
+        The one owner of this rule: the simulation builds heads per seed or once
+        from it, and the cost model counts them the same way.
+        """
+        structure = HEADS.get(self.heads)
+        return structure.seeded or (structure.reads_strengths and STRENGTHS.get(self.lambda_dist).seeded)
 
     @property
     def is_random(self) -> bool:

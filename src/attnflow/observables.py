@@ -4,8 +4,9 @@ Each group is one declaration; a cell's ``observables`` field names the groups
 its experiment needs, and the compiled engine computes only those
 (``engine/measure.py``). ``cosines`` is always recorded: the clustering
 criterion reads it. Groups marked ``needs_velocity`` evaluate the attention
-field at every sample (about one right-hand side each); the others only read
-the positions.
+field at every sample (about one right-hand side each), and those marked
+``needs_scores`` keep its raw scores; the others only read the positions. The
+engine reads both flags from here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class Variable:
 class ObservableGroup:
     name: str
     variables: tuple[Variable, ...]
-    needs_velocity: bool
+    needs_velocity: bool  # the field is evaluated at every sample
+    needs_scores: bool  # that evaluation keeps the raw scores s^h_ij
     description: str
 
 
@@ -36,20 +38,20 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
     ObservableGroup("cosines", (
         Variable("gamma_mean", (), "1", "mean pairwise cosine <x_i, x_j>, i < j"),
         Variable("gamma_min", (), "1", "minimum pairwise cosine <x_i, x_j>, i < j"),
-    ), False, "pairwise cosines (always recorded; the clustering criterion reads them)"),
+    ), False, False, "pairwise cosines (always recorded; the clustering criterion reads them)"),
     ObservableGroup("clusters", (
         Variable("cluster_count", (), "1",
                  "connected components of the graph with an edge where <x_i, x_j> >= 1 - cluster_eps",
                  "int32"),
-    ), False, "number of clusters (metastable multi-cluster states show as plateaus)"),
+    ), False, False, "number of clusters (metastable multi-cluster states show as plateaus)"),
     ObservableGroup("velocity", (
         Variable("kinetic", (), "1/time^2", "(1/n) sum_i ||dx_i/dt||^2"),
         Variable("gamma_mean_rate", (), "1/time", "exact d gamma_mean / dt from the velocities"),
-    ), True, "kinetic term and the exact rate of the mean cosine"),
+    ), True, False, "kinetic term and the exact rate of the mean cosine"),
     ObservableGroup("energy", (
         Variable("energy", ("head",), "1", "per-head energy E_h = sum_ij exp(beta s^h_ij) / (2 beta n^2)"),
         Variable("energy_rate", ("head",), "1/time", "exact dE_h/dt = (1/n^2) sum_i <dx_i/dt, g^h_i>"),
-    ), True, "per-head energies and their exact rates (Thm 11, 16-17, 39)"),
+    ), True, True, "per-head energies and their exact rates (Thm 11, 16-17, 39)"),
     ObservableGroup("radial", (
         Variable("radial_shadow", ("head", "token"), "1", "a^h_i = <f^h_i, x_i>"),
         Variable("tangential_power", ("head", "token"), "1", "T^h_i = ||P_{x_i} f^h_i||^2"),
@@ -57,15 +59,15 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
                  "Radial Dominance margin T^h_i - a^h_i sum_{h'!=h} a^h'_i (>= 0: Condition 8 holds)"),
         Variable("rd_margin_sufficient", ("head", "token"), "1",
                  "sufficient margin T^h_i - (H-1) |a^h_i| max_{h'!=h} ||f^h'_i|| (Thm 19)"),
-    ), True, "radial shadows and Radial Dominance margins (Thm 16-19)"),
+    ), True, False, "radial shadows and Radial Dominance margins (Thm 16-19)"),
     ObservableGroup("entropy", (
         Variable("entropy", ("head", "token"), "nat", "attention entropy of softmax_j(beta s^h_ij)"),
         Variable("entropy_rate", ("head", "token"), "nat/time",
                  "Thm 27: -beta^2 Cov_p(s_ij, ds_ij/dt), exact"),
-    ), True, "attention entropy and its exact rate (Thm 27)"),
+    ), True, True, "attention entropy and its exact rate (Thm 27)"),
     ObservableGroup("positions", (
         Variable("x", ("token", "dim"), "1", "token positions"),
-    ), False, "the token positions themselves"),
+    ), False, False, "the token positions themselves"),
 ])
 
 DEFAULT_GROUPS = ("cosines", "clusters", "velocity", "energy", "radial", "entropy")

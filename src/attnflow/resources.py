@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .attention import ATTENTIONS
 from .cell import Cell
 from .heads import HEADS
 from .observables import GROUPS, variables
@@ -45,7 +46,7 @@ def head_entries(cell: Cell) -> int:
     structure = HEADS.get(cell.heads)
     per_seed = {"diagonal": cell.d, "scores": cell.d * cell.d,
                 "factors": cell.d * rank(cell) + (cell.d * cell.d if cell.values == "trained" else 0)}
-    return cell.H * per_seed[structure.form] * (cell.n_seeds if structure.seeded else 1)
+    return cell.H * per_seed[structure.form] * (cell.n_seeds if cell.heads_per_seed else 1)
 
 
 def rank(cell: Cell) -> int:
@@ -72,17 +73,12 @@ def memory_mb(cells: Iterable[Cell], attempt: int = 1) -> int:
 
 
 def stiffness(cell: Cell) -> float:
-    """Relative step count against ``s = beta ||M||``.
+    """Relative step count against ``s = beta ||M||``, as the attention type declares it.
 
-    Normalised weights keep the velocity bounded whatever beta: steps grow slowly,
-    as ``1 + log(1 + s)`` (measured: 21 steps at s = 0.25, 35-49 at s = 8, 30 at
-    s = 435 for trained heads). Unnormalised usa weights grow like ``e^s``:
-    measured 12,000-44,000 steps at s = 8, so ``max(1 + s, e^s / 10)``.
+    Normalised weights keep the velocity bounded whatever beta, so steps grow like
+    ``1 + log(1 + s)``; unnormalised usa weights like ``e^s`` (``attnflow.attention``).
     """
-    scale = cell.beta * cell.max_score_norm
-    if cell.attention == "usa":
-        return max(1.0 + scale, float(np.exp(min(scale, 50.0))) / 10.0)
-    return 1.0 + float(np.log1p(scale))
+    return ATTENTIONS.get(cell.attention).stiffness(cell.beta * cell.max_score_norm)
 
 
 def steps(cell: Cell) -> float:

@@ -8,9 +8,8 @@ import xarray as xr
 from . import __version__
 from .cell import MAX_EXPONENT, Cell
 from .engine import IntegrationError, solve
-from .heads import HEADS, build_heads
+from .heads import build_heads
 from .observables import variables
-from .strengths import STRENGTHS
 from .tokens import initial_tokens
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
@@ -65,9 +64,7 @@ def simulate(
     values = None
     if score_matrices is None:
         # Heads that do not depend on the seed are built once and shared by the batch.
-        structure = HEADS.get(cell.heads)
-        seeded = structure.seeded or (structure.reads_strengths and STRENGTHS.get(cell.lambda_dist).seeded)
-        heads = [build_heads(cell, s) for s in (cell.seeds if seeded else cell.seeds[:1])]
+        heads = [build_heads(cell, s) for s in (cell.seeds if cell.heads_per_seed else cell.seeds[:1])]
         lambdas = np.broadcast_to(np.stack([h.strengths for h in heads]), (n_seeds, H))
         form = next(k for k in ("diagonal", "factors", "scores") if getattr(heads[0], k) is not None)
         if form == "factors":
@@ -92,7 +89,8 @@ def simulate(
     times = np.linspace(0.0, cell.t_max, cell.n_samples)
     try:
         result = solve(
-            x_init, **given, attention=cell.attention, beta=cell.beta, spherical=spherical, t_eval=times,
+            x_init, **given, attention=cell.attention, beta=cell.beta, spherical=spherical, mask=cell.mask,
+            t_eval=times,
             rtol=cell.rtol, atol=cell.atol, max_steps=cell.max_steps, values=values,
             groups=cell.observables, cluster_metric=cell.cluster_metric,
             cluster_threshold=cell.cluster_threshold, cluster_eps=cell.cluster_eps,
@@ -179,7 +177,7 @@ def _squeeze(array, dims):
 
 def describe(cell: Cell) -> str:
     """A one-line identification of a cell for error messages."""
-    keys = ("H", "n", "d", "beta", "attention", "heads", "lambda_dist", "init", "geometry")
+    keys = ("H", "n", "d", "beta", "attention", "mask", "heads", "lambda_dist", "init", "geometry")
     return "cell(" + ", ".join(f"{k}={getattr(cell, k)!r}" for k in keys) + f", seeds={list(cell.seeds)})"
 
 

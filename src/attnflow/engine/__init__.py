@@ -16,7 +16,7 @@ import numba
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from ..attention import ATTENTIONS
+from ..attention import ATTENTIONS, MASKS, AttentionType
 from ..observables import GROUPS, canonical_groups, variables
 from ..tableau import DOPRI5, ButcherTableau
 from .dopri import (
@@ -28,16 +28,69 @@ from .dopri import (
     STEPS,
     T_CLUSTER,
     T_STOP,
+    Control,
+    Criterion,
+    Method,
+    Sampling,
+    Stats,
     Status,
     observe_batch,
     solve_batch,
 )
-from .field import Form
-from .measure import Group, Metric, Outputs
+from .field import COMPILED_WEIGHTS, Flow, Form, Heads
+from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, Group, Metric, Outputs
 
-__all__ = ["EngineResult", "IntegrationError", "observe", "solve"]
+__all__ = ["EngineResult", "IntegrationError", "check_compiled", "observe", "solve"]
 
 METRICS = {"epsilon": Metric.EPSILON, "gamma_mean": Metric.GAMMA_MEAN}
+
+
+def check_compiled(kind: AttentionType) -> None:
+    """Refuse an attention declaration whose rules have no compiled branch, naming the rule.
+
+    The compiled dispatch has no default branch: a rule without its own would
+    otherwise stop the run inside the loop, or, in a careless edit, run as another.
+    """
+    for rule, compiled, where in ((kind.weights, COMPILED_WEIGHTS, "field.attention_weights"),
+                                  (kind.energy, COMPILED_ENERGIES, "measure.measure"),
+                                  (kind.entropy, COMPILED_ENTROPIES, "measure.measure")):
+        if rule not in compiled:
+            raise NotImplementedError(
+                f"attention {kind.name!r} declares {type(rule).__name__} rule {rule!r}, which has no "
+                f"compiled branch in attnflow.engine.{where}")
+
+
+def _check_groups() -> None:
+    """The engine's ``Group`` flags follow the declared observable groups one to one."""
+    if [g.name.lower() for g in Group] != list(GROUPS.names()):
+        raise NotImplementedError(f"engine.measure.Group {[g.name for g in Group]} does not match the "
+                                  f"declared observable groups {list(GROUPS.names())}")
+
+
+# At import: every declared attention type and observable group has its compiled part.
+for _kind in ATTENTIONS:
+    check_compiled(_kind)
+_check_groups()
+
+
+def flow_of(attention: str | AttentionType, spherical: bool, mask: str = "none") -> Flow:
+    """The compiled flow record of an attention type (a name or a declaration), geometry and mask."""
+    kind = attention if isinstance(attention, AttentionType) else ATTENTIONS.get(attention)
+    check_compiled(kind)
+    return Flow(int(kind.weights), bool(kind.normalised), bool(kind.velocity_over_n), int(kind.energy),
+                int(kind.entropy), MASKS.get(mask).causal, bool(spherical))
+
+
+def _sampling(groups) -> Sampling:
+    """What the samples record, and what that needs (from the groups' declarations)."""
+    declared = [GROUPS.get(g) for g in groups]
+    return Sampling(_want(groups), any(g.needs_velocity for g in declared),
+                    any(g.needs_scores for g in declared))
+
+
+def _method(tableau: ButcherTableau) -> Method:
+    return Method(tableau.a, tableau.b, tableau.e, tableau.dense, int(tableau.error_order),
+                  bool(tableau.fsal))
 
 
 class IntegrationError(RuntimeError):
@@ -75,7 +128,7 @@ def head_form(scores, diagonal, factors, d: int) -> Form:
 
 
 def _head_arrays(x0, scores, diagonal, factors, values):
-    """The engine's head arguments: form, diag, dense, U, U^T, e, V^T, shared (unused ones empty), H.
+    """The batch's ``Heads``: form, diag, dense, U, U^T, e, V^T, shared (unused arrays empty), H.
 
     Each array has one row per trajectory, or a single row all trajectories share.
     """
@@ -99,8 +152,9 @@ def _head_arrays(x0, scores, diagonal, factors, values):
         ut = np.swapaxes(u, -1, -2)
     as_array = lambda a, empty: empty if a is None else np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
     values_t = None if values is None else np.swapaxes(values, -1, -2)
-    return form, H, (form, as_array(diag, empty2), as_array(dense, empty3), as_array(u, empty3),
-                     as_array(ut, empty3), as_array(eig, empty2), as_array(values_t, empty3), values is None)
+    return form, Heads(int(form), as_array(diag, empty2), as_array(dense, empty3), as_array(u, empty3),
+                       as_array(ut, empty3), as_array(eig, empty2), as_array(values_t, empty3),
+                       values is None, H)
 
 
 def _outputs(groups, B, T, H, n, d) -> Outputs:
@@ -128,10 +182,11 @@ def solve(
     scores: np.ndarray | None = None,
     *,
     diagonal: np.ndarray | None = None,
-    attention: str,
+    attention: str | AttentionType,
     beta: float | np.ndarray,
     spherical: bool,
     t_eval: np.ndarray,
+    mask: str = "none",
     rtol: float,
     atol: float,
     max_steps: int,
@@ -159,28 +214,27 @@ def solve(
     groups : observable groups to record (``attnflow.observables``)
     cluster_metric, cluster_threshold : the criterion whose first crossing is ``t_cluster``
     stop_at_cluster : end each trajectory there; its later samples stay NaN
+    mask : ``attnflow.attention.MASKS``: ``none``, or ``causal`` (token i attends to j <= i)
     fixed_step : take steps of this size with no error control (convergence tests)
 
     Raises ``IntegrationError`` naming the first trajectory that stopped early.
     """
+    flow = flow_of(attention, spherical, mask)
     x0 = np.ascontiguousarray(x0, dtype=np.float64)
     B, n, d = x0.shape
     t_eval = np.ascontiguousarray(t_eval, dtype=np.float64)
     groups = canonical_groups(groups)
-    form, H, heads = _head_arrays(x0, scores, diagonal, factors, values)
-    out = _outputs(groups, B, t_eval.size, H, n, d)
-    counts = np.zeros((B, 4), dtype=np.int64)
-    times = np.zeros((B, 4))
-    kind = ATTENTIONS.get(attention)
+    form, heads = _head_arrays(x0, scores, diagonal, factors, values)
+    out = _outputs(groups, B, t_eval.size, heads.H, n, d)
+    stats = Stats(np.zeros((B, 4), dtype=np.int64), np.zeros((B, 4)))
+    control = Control(float(rtol), float(atol), int(max_steps),
+                      0.0 if fixed_step is None else float(fixed_step))
+    criterion = Criterion(int(METRICS[cluster_metric]), float(cluster_threshold), 1.0 - float(cluster_eps),
+                          bool(stop_at_cluster))
     with _blas().limit(limits=1), numba.parallel_chunksize(1):
-        solve_batch(
-            x0, *heads, H, kind.weights, _per_trajectory(beta, B), kind.velocity_over_n, bool(spherical),
-            t_eval,
-            float(rtol), float(atol), int(max_steps), 0.0 if fixed_step is None else float(fixed_step),
-            tableau.a, tableau.b, tableau.e, tableau.dense, tableau.error_order, _want(groups),
-            METRICS[cluster_metric], float(cluster_threshold), 1.0 - cluster_eps, bool(stop_at_cluster),
-            out, counts, times,
-        )
+        solve_batch(x0, heads, flow, _per_trajectory(beta, B), t_eval, _method(tableau), control, criterion,
+                    _sampling(groups), out, stats)
+    counts, times = stats
     failed = np.flatnonzero(counts[:, STATUS] != Status.OK)
     if failed.size:
         b = int(failed[0])
@@ -198,9 +252,10 @@ def observe(
     scores: np.ndarray | None = None,
     *,
     diagonal: np.ndarray | None = None,
-    attention: str,
+    attention: str | AttentionType,
     beta: float,
     spherical: bool = True,
+    mask: str = "none",
     values: np.ndarray | None = None,
     factors=None,
     groups=("cosines", "velocity", "energy", "radial", "entropy"),
@@ -210,15 +265,14 @@ def observe(
 
     Returns name -> array of shape (B, ...) for every variable of ``groups``.
     """
+    flow = flow_of(attention, spherical, mask)
     x = np.ascontiguousarray(x, dtype=np.float64)
     B, n, d = x.shape
     groups = canonical_groups(groups)
-    _, H, heads = _head_arrays(x, scores, diagonal, factors, values)
-    out = _outputs(groups, B, 1, H, n, d)
-    kind = ATTENTIONS.get(attention)
+    _, heads = _head_arrays(x, scores, diagonal, factors, values)
+    out = _outputs(groups, B, 1, heads.H, n, d)
     drift = np.zeros(B)
     with _blas().limit(limits=1):
-        observe_batch(x, *heads, H, kind.weights, _per_trajectory(beta, B), kind.velocity_over_n,
-                      bool(spherical),
-                      _want(groups), 1.0 - cluster_eps, out, drift)
+        observe_batch(x, heads, flow, _per_trajectory(beta, B), _sampling(groups), 1.0 - float(cluster_eps),
+                      out, drift)
     return {var.name: getattr(out, var.name)[:, 0] for var in variables(groups)}

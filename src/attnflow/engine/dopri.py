@@ -11,13 +11,14 @@ two take comparable steps at the same tolerance.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from enum import IntEnum
 
 import numba
 import numpy as np
 
 from .field import Heads, field, workspace
-from .measure import Group, Metric, criterion_value, measure, scratch
+from .measure import Metric, criterion_value, measure, scratch
 
 _SAFETY, _MIN_FACTOR, _MAX_FACTOR = 0.9, 0.2, 10.0
 _EPS = np.finfo(np.float64).eps
@@ -33,6 +34,22 @@ class Status(IntEnum):
 # Columns of the per-trajectory statistics.
 STEPS, REJECTED, CALLS, STATUS = 0, 1, 2, 3
 T_STOP, T_CLUSTER, RETRACTION, DRIFT = 0, 1, 2, 3
+
+# The loop's plumbing travels in small records (built by ``attnflow.engine``):
+# the method, a tableau's arrays (``attnflow.tableau``); ``poly`` its dense output
+Method = namedtuple("Method", "a b e poly error_order fsal")
+# step control: tolerances, the step budget, and a fixed step (> 0: no error control)
+Control = namedtuple("Control", "rtol atol max_steps fixed_step")
+# the clustering criterion (``Metric``, threshold), the cluster-count level, and whether to stop there
+Criterion = namedtuple("Criterion", "metric threshold level stop")
+# what the samples record: ``want`` flags by ``Group``; ``field``: evaluate the field there;
+# ``scores``: keep the raw scores (both from the groups' declarations)
+Sampling = namedtuple("Sampling", "want field scores")
+# per-trajectory statistics of the batch: counts (B, 4) int64 and times (B, 4), columns above
+Stats = namedtuple("Stats", "counts times")
+# one trajectory's buffers: stages (s, n, d), the stage input, the new solution, the error
+# estimate, a dense-output sample and its velocity, the dense output's stage weights (s,)
+Buffers = namedtuple("Buffers", "stages stage y_new err xs xs_dot weights")
 
 
 @numba.njit(cache=True)
@@ -102,172 +119,223 @@ def _met(value, metric, threshold):
 
 
 @numba.njit(cache=True)
-def solve_one(b, x0, hd, H, kind, beta, over_n, spherical, t_eval, rtol, atol, max_steps, fixed_step,
-              a, bw, e, poly, order, want, metric, threshold, cluster_level, stop_at_cluster, out, counts,
-              times):
+def _holds(x, criterion, ws, sc):
+    """Whether the clustering criterion holds at ``x``."""
+    return _met(criterion_value(x, ws.xt, sc.gram, criterion.metric, criterion.threshold), criterion.metric,
+                criterion.threshold)
+
+
+@numba.njit(cache=True)
+def initial_step(y, f0, hd, flow, beta, method, control, span, buf, ws):
+    """First step size: Hairer, Norsett & Wanner, Solving ODEs I, Sec. II.4 (as scipy's RK45).
+
+    Evaluates the field once, at ``y + h0 f0``.
+    """
+    n, d = y.shape
+    rtol, atol = control.rtol, control.atol
+    off = np.bool_(False)
+    d0, d1 = _rms_scaled(y, y, rtol, atol), _rms_scaled(f0, y, rtol, atol)
+    h0 = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / max(d1, 1e-300)
+    h0 = min(h0, span)
+    probe, f1 = buf.stage, buf.y_new
+    for i in range(n):
+        for k in range(d):
+            probe[i, k] = y[i, k] + h0 * f0[i, k]
+    field(probe, f1, hd, flow, beta, off, off, ws)
+    f1 -= f0
+    d2 = _rms_scaled(f1, y, rtol, atol) / h0
+    if d1 <= 1e-15 and d2 <= 1e-15:
+        h1 = max(1e-6, h0 * 1e-3)
+    else:
+        h1 = (0.01 / max(max(d1, d2), 1e-300)) ** (1.0 / (method.error_order + 1))
+    return min(min(100.0 * h0, h1), span)
+
+
+@numba.njit(cache=True)
+def rk_step(y, h, hd, flow, beta, method, control, buf, ws):
+    """One attempted step from ``y``: stages 1.. into ``buf.stages``, the solution into ``buf.y_new``.
+
+    Stage 0 must hold ``f(y)``. With FSAL the last stage is evaluated at the
+    new solution (its weights are ``b``), so it doubles as the next step's
+    stage 0; without it, ``y_new`` is its own sum. Returns the scaled RMS norm
+    of the embedded error estimate (NaN for a non-finite step).
+    """
+    n, d = y.shape
+    stages, stage, y_new, err = buf.stages, buf.stage, buf.y_new, buf.err
+    n_stages = method.a.shape[0]
+    off = np.bool_(False)
+    for s in range(1, n_stages):
+        if method.fsal and s == n_stages - 1:
+            _accumulate(y_new, y, stages[:s], h, method.b[:s])
+            field(y_new, stages[s], hd, flow, beta, off, off, ws)
+        else:
+            _accumulate(stage, y, stages[:s], h, method.a[s, :s])
+            field(stage, stages[s], hd, flow, beta, off, off, ws)
+    if not method.fsal:
+        _accumulate(y_new, y, stages, h, method.b)
+    err[:, :] = 0.0
+    _accumulate(err, err, stages, h, method.e)
+    total = 0.0
+    for i in range(n):
+        for k in range(d):
+            ratio = err[i, k] / (control.atol + control.rtol * max(abs(y[i, k]), abs(y_new[i, k])))
+            total += ratio * ratio
+    return np.sqrt(total / (n * d))
+
+
+@numba.njit(cache=True)
+def step_factor(err_norm, accepted, last_rejected, method):
+    """The integral controller (as scipy's RK45): the next step over this one."""
+    if err_norm == 0.0:
+        factor = _MAX_FACTOR
+    else:
+        factor = _SAFETY * err_norm ** (-1.0 / (method.error_order + 1))
+    if accepted:
+        return min(1.0 if last_rejected else _MAX_FACTOR, factor)
+    if np.isnan(factor):
+        return _MIN_FACTOR
+    return min(max(factor, _MIN_FACTOR), 1.0)
+
+
+@numba.njit(cache=True)
+def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd, flow, beta, method, criterion, sampling,
+                t_eval, buf, ws, sc, out):
+    """Measure the samples in ``(t, t_new]`` on the step's dense output; locate a crossing among them.
+
+    Returns (next sample, largest norm drift, found, t_cluster, field evaluations,
+    the last sample fraction of the step where the criterion did not hold).
+    """
+    drift, calls = 0.0, 0
+    sigma_unmet = 0.0
+    xs, xs_dot = buf.xs, buf.xs_dot
+    while next_sample < t_eval.size and t_eval[next_sample] <= t_new:
+        sigma = (t_eval[next_sample] - t) / h
+        _dense(xs, y, buf.stages, h, sigma, method.poly, buf.weights, flow.spherical)
+        if sampling.field:
+            field(xs, xs_dot, hd, flow, beta, sampling.scores, sampling.field, ws)
+            calls += 1
+            drift = max(drift, measure(xs, xs_dot, sampling.want, flow, beta, hd.shared, criterion.level,
+                                       ws, sc, out, b, next_sample))
+        else:
+            drift = max(drift, measure(xs, xs, sampling.want, flow, beta, hd.shared, criterion.level,
+                                       ws, sc, out, b, next_sample))
+        if not found:
+            value = (1.0 - out.gamma_min[b, next_sample] if criterion.metric == Metric.EPSILON
+                     else out.gamma_mean[b, next_sample])
+            if _met(value, criterion.metric, criterion.threshold):
+                t_cluster = _locate(y, buf.stages, h, t, sigma_unmet, sigma, method.poly, buf.weights,
+                                    flow.spherical, criterion, xs, ws, sc)
+                found = True
+            else:
+                sigma_unmet = sigma
+        next_sample += 1
+    return next_sample, drift, found, t_cluster, calls, sigma_unmet
+
+
+@numba.njit(cache=True)
+def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, sampling, out, stats):
+    """Integrate trajectory ``b`` from ``x0`` and measure it at ``t_eval``; statistics into ``stats``."""
     n, d = x0.shape
-    r = hd.eig.shape[1]
-    n_stages = a.shape[0]
-    # Typed flags and indices (np.bool_, np.int64): a literal True/False/0 argument would
-    # compile one more specialisation of field and measure for each call site.
-    off, first = np.bool_(False), np.int64(0)
-    sample_field = want[Group.VELOCITY] or want[Group.ENERGY] or want[Group.RADIAL] or want[Group.ENTROPY]
-    keep_scores = want[Group.ENTROPY] or want[Group.ENERGY]
-    ws = workspace(n, d, H, r, keep_scores, not hd.shared)
-    sc = scratch(n, d, H)
-    stages = np.empty((n_stages, n, d))
-    y, y_new, stage, err = x0.copy(), np.empty((n, d)), np.empty((n, d)), np.empty((n, d))
-    xs, xs_dot = np.empty((n, d)), np.empty((n, d))
-    weights = np.empty(n_stages)
+    ws = workspace(n, d, hd.H, hd.eig.shape[1], sampling.scores, not hd.shared)
+    sc = scratch(n, d, hd.H)
+    n_stages = method.a.shape[0]
+    buf = Buffers(np.empty((n_stages, n, d)), np.empty((n, d)), np.empty((n, d)), np.empty((n, d)),
+                  np.empty((n, d)), np.empty((n, d)), np.empty(n_stages))
+    y = x0.copy()
+    stages = buf.stages
     t_first, t_end = t_eval[0], t_eval[-1]
-    n_times = t_eval.size
     calls, steps, rejected = 0, 0, 0
-    drift, retraction = 0.0, 0.0
+    retraction = 0.0
     t_cluster = np.nan
     status = Status.OK
 
-    field(y, stages[0], hd, kind, beta, over_n, spherical, keep_scores, sample_field, ws)
+    # Stage 0 is the field at y, with what the observables of sample 0 read.
+    field(y, stages[0], hd, flow, beta, sampling.scores, sampling.field, ws)
     calls += 1
-    if sample_field:
-        drift = measure(y, stages[0], want, kind, beta, hd.shared, cluster_level, ws, sc, out, b, first)
-    else:
-        drift = measure(y, y, want, kind, beta, hd.shared, cluster_level, ws, sc, out, b, first)
-    found = _met(criterion_value(y, ws.xt, sc.gram, metric, threshold), metric, threshold)
+    xdot = stages[0] if sampling.field else y
+    drift = measure(y, xdot, sampling.want, flow, beta, hd.shared, criterion.level, ws, sc, out, b,
+                    np.int64(0))
+    found = _holds(y, criterion, ws, sc)
     if found:
         t_cluster = t_first
-        if stop_at_cluster:
-            next_sample = n_times  # nothing left to integrate
+    next_sample = t_eval.size if found and criterion.stop else 1
 
-    if fixed_step > 0.0:
-        h = fixed_step
-    else:  # Hairer, Norsett & Wanner, Solving ODEs I, Sec. II.4 (as scipy)
-        f0 = stages[0]
-        d0, d1 = _rms_scaled(y, y, rtol, atol), _rms_scaled(f0, y, rtol, atol)
-        h0 = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / max(d1, 1e-300)
-        h0 = min(h0, t_end - t_first)
-        for i in range(n):
-            for k in range(d):
-                stage[i, k] = y[i, k] + h0 * f0[i, k]
-        field(stage, y_new, hd, kind, beta, over_n, spherical, off, off, ws)
+    if control.fixed_step > 0.0:
+        h = control.fixed_step
+    else:
+        h = initial_step(y, stages[0], hd, flow, beta, method, control, t_end - t_first, buf, ws)
         calls += 1
-        y_new -= f0
-        d2 = _rms_scaled(y_new, y, rtol, atol) / h0
-        if d1 <= 1e-15 and d2 <= 1e-15:
-            h1 = max(1e-6, h0 * 1e-3)
-        else:
-            h1 = (0.01 / max(max(d1, d2), 1e-300)) ** (1.0 / (order + 1))
-        h = min(min(100.0 * h0, h1), t_end - t_first)
 
     t = t_first
-    next_sample = 1
     last_rejected = False
-    exponent = -1.0 / (order + 1)
-    while next_sample < n_times:
-        remaining = t_end - t
+    while next_sample < t_eval.size:
         # Never leave a sliver of the interval that would need a round-off-sized step.
-        if remaining - h < 100.0 * _EPS * max(abs(t_end), 1.0):
-            h = remaining
-        for s in range(1, n_stages - 1):
-            _accumulate(stage, y, stages[:s], h, a[s, :s])
-            field(stage, stages[s], hd, kind, beta, over_n, spherical, off, off, ws)
-        _accumulate(y_new, y, stages[: n_stages - 1], h, bw[: n_stages - 1])
-        field(y_new, stages[n_stages - 1], hd, kind, beta, over_n, spherical, off, off, ws)
+        if (t_end - t) - h < 100.0 * _EPS * max(abs(t_end), 1.0):
+            h = t_end - t
+        err_norm = rk_step(y, h, hd, flow, beta, method, control, buf, ws)
         calls += n_stages - 1
-
-        err[:, :] = 0.0
-        _accumulate(err, err, stages, h, e)
-        total = 0.0
-        for i in range(n):
-            for k in range(d):
-                ratio = err[i, k] / (atol + rtol * max(abs(y[i, k]), abs(y_new[i, k])))
-                total += ratio * ratio
-        err_norm = np.sqrt(total / (n * d))
         accepted = err_norm < 1.0  # False for NaN, so a blow-up is retried smaller
-        if fixed_step > 0.0:
+        if control.fixed_step > 0.0:
             accepted = True
-            err_norm = _SAFETY ** (order + 1)  # factor 1
-
-        if err_norm == 0.0:
-            factor = _MAX_FACTOR
-        else:
-            factor = _SAFETY * err_norm**exponent
-        if accepted:
-            factor = min(1.0 if last_rejected else _MAX_FACTOR, factor)
-        else:
-            if np.isnan(factor):
-                factor = _MIN_FACTOR
-            factor = min(max(factor, _MIN_FACTOR), 1.0)
+            err_norm = _SAFETY ** (method.error_order + 1)  # factor 1
+        factor = step_factor(err_norm, accepted, last_rejected, method)
 
         if accepted:
             steps += 1
             # A step clipped to the end lands on t_end exactly, not t + h rounded.
             t_new = t_end if h == t_end - t else t + h
-            sigma_unmet = 0.0
-            while next_sample < n_times and t_eval[next_sample] <= t_new:
-                sigma = (t_eval[next_sample] - t) / h
-                _dense(xs, y, stages, h, sigma, poly, weights, spherical)
-                if sample_field:
-                    field(xs, xs_dot, hd, kind, beta, over_n, spherical, keep_scores, sample_field, ws)
-                    calls += 1
-                    drift = max(drift, measure(xs, xs_dot, want, kind, beta, hd.shared, cluster_level,
-                                               ws, sc, out, b, next_sample))
-                else:
-                    drift = max(drift, measure(xs, xs, want, kind, beta, hd.shared, cluster_level,
-                                               ws, sc, out, b, next_sample))
-                if not found:
-                    value = (1.0 - out.gamma_min[b, next_sample] if metric == Metric.EPSILON
-                             else out.gamma_mean[b, next_sample])
-                    if _met(value, metric, threshold):
-                        t_cluster = _locate(y, stages, h, t, sigma_unmet, sigma, poly, weights, spherical,
-                                            metric, threshold, xs, ws, sc)
-                        found = True
-                    else:
-                        sigma_unmet = sigma
-                next_sample += 1
-            if spherical:
-                retraction = max(retraction, _retract(y_new))
-            value = threshold if found else criterion_value(y_new, ws.xt, sc.gram, metric, threshold)
-            if not found and _met(value, metric, threshold):
-                t_cluster = _locate(y, stages, h, t, sigma_unmet, 1.0, poly, weights, spherical,
-                                    metric, threshold, xs, ws, sc)
+            next_sample, sampled_drift, found, t_cluster, sample_calls, sigma_unmet = sample_step(
+                b, y, t, h, t_new, next_sample, found, t_cluster, hd, flow, beta, method, criterion, sampling,
+                t_eval, buf, ws, sc, out)
+            drift = max(drift, sampled_drift)
+            calls += sample_calls
+            if flow.spherical:
+                retraction = max(retraction, _retract(buf.y_new))
+            if not found and _holds(buf.y_new, criterion, ws, sc):
+                t_cluster = _locate(y, stages, h, t, sigma_unmet, 1.0, method.poly, buf.weights,
+                                    flow.spherical, criterion, buf.xs, ws, sc)
                 found = True
-            y[:, :] = y_new
-            stages[0][:, :] = stages[n_stages - 1]
-            # FSAL: the last stage is f at the unretracted point, an O(local error) offset.
+            y[:, :] = buf.y_new
+            if method.fsal:
+                # The last stage is f at the unretracted point, an O(local error) offset.
+                stages[0][:, :] = stages[n_stages - 1]
+            else:
+                field(y, stages[0], hd, flow, beta, np.bool_(False), np.bool_(False), ws)
+                calls += 1
             t = t_new
         else:
             rejected += 1
         h = h * factor
         last_rejected = not accepted
 
-        if next_sample >= n_times or (stop_at_cluster and found):
+        if next_sample >= t_eval.size or (criterion.stop and found):
             break
         if h < 16.0 * _EPS * max(abs(t), 1.0):
             status = Status.UNDERFLOW
             break
-        if steps + rejected >= max_steps:
+        if steps + rejected >= control.max_steps:
             status = Status.BUDGET
             break
 
-    counts[b, STEPS] = steps
-    counts[b, REJECTED] = rejected
-    counts[b, CALLS] = calls
-    counts[b, STATUS] = status
-    times[b, T_STOP] = t
-    times[b, T_CLUSTER] = t_cluster
-    times[b, RETRACTION] = retraction
-    times[b, DRIFT] = drift
+    stats.counts[b, STEPS] = steps
+    stats.counts[b, REJECTED] = rejected
+    stats.counts[b, CALLS] = calls
+    stats.counts[b, STATUS] = status
+    stats.times[b, T_STOP] = t
+    stats.times[b, T_CLUSTER] = t_cluster
+    stats.times[b, RETRACTION] = retraction
+    stats.times[b, DRIFT] = drift
 
 
 @numba.njit(cache=True)
-def _locate(y, stages, h, t, lo, hi, poly, weights, spherical, metric, threshold, xs, ws, sc):
+def _locate(y, stages, h, t, lo, hi, poly, weights, spherical, criterion, xs, ws, sc):
     """First time in ``(t + lo h, t + hi h]`` where the criterion holds, by bisection on the dense output."""
     for _ in range(_BISECTIONS):
         if (hi - lo) * h <= 4.0 * _EPS * max(abs(t), 1.0):
             break
         mid = 0.5 * (lo + hi)
         _dense(xs, y, stages, h, mid, poly, weights, spherical)
-        if _met(criterion_value(xs, ws.xt, sc.gram, metric, threshold), metric, threshold):
+        if _holds(xs, criterion, ws, sc):
             hi = mid
         else:
             lo = mid
@@ -280,33 +348,32 @@ def _row(a, b):
     return a[b] if a.shape[0] > 1 else a[0]
 
 
+@numba.njit(cache=True)
+def heads_of(heads, b):
+    """The heads of trajectory ``b`` from the batch's head arrays (``Heads`` of (B or 1, ...) arrays)."""
+    return Heads(heads.form, _row(heads.diag, b), _row(heads.dense, b), _row(heads.u, b), _row(heads.ut, b),
+                 _row(heads.eig, b), _row(heads.values_t, b), heads.shared, heads.H)
+
+
 @numba.njit(cache=True, parallel=True)
-def solve_batch(x0, form, diag, dense, u, ut, eig, values_t, shared, H, kind, beta, over_n, spherical,
-                t_eval, rtol, atol, max_steps, fixed_step, a, bw, e, poly, order, want, metric,
-                threshold, cluster_level, stop_at_cluster, out, counts, times):
+def solve_batch(x0, heads, flow, beta, t_eval, method, control, criterion, sampling, out, stats):
     """Integrate every trajectory of the batch (``prange``: one per thread at a time); ``beta`` is (B,)."""
     for b in numba.prange(x0.shape[0]):
-        hd = Heads(form, _row(diag, b), _row(dense, b), _row(u, b), _row(ut, b), _row(eig, b),
-                   _row(values_t, b), shared)
-        solve_one(np.int64(b), np.ascontiguousarray(x0[b]), hd, H, kind, beta[b], over_n, spherical, t_eval,
-                  rtol, atol,
-                  max_steps, fixed_step, a, bw, e, poly, order, want, metric, threshold, cluster_level,
-                  stop_at_cluster, out, counts, times)
+        solve_one(np.int64(b), np.ascontiguousarray(x0[b]), heads_of(heads, b), flow, beta[b], t_eval, method,
+                  control, criterion, sampling, out, stats)
 
 
 @numba.njit(cache=True, parallel=True)
-def observe_batch(x, form, diag, dense, u, ut, eig, values_t, shared, H, kind, beta, over_n, spherical,
-                  want, cluster_level, out, drift):
+def observe_batch(x, heads, flow, beta, sampling, level, out, drift):
     """The wanted observables of every configuration ``x[b]``, as sample 0 of ``out``."""
     for b in numba.prange(x.shape[0]):
-        hd = Heads(form, _row(diag, b), _row(dense, b), _row(u, b), _row(ut, b), _row(eig, b),
-                   _row(values_t, b), shared)
+        hd = heads_of(heads, b)
         xb = np.ascontiguousarray(x[b])
         n, d = xb.shape
-        ws = workspace(n, d, H, hd.eig.shape[1], True, not shared)
-        sc = scratch(n, d, H)
+        ws = workspace(n, d, hd.H, hd.eig.shape[1], True, not hd.shared)
+        sc = scratch(n, d, hd.H)
         xdot = np.empty((n, d))
         on = np.bool_(True)
-        field(xb, xdot, hd, kind, beta[b], over_n, spherical, on, on, ws)
-        drift[b] = measure(xb, xdot, want, kind, beta[b], shared, cluster_level, ws, sc, out, np.int64(b),
+        field(xb, xdot, hd, flow, beta[b], on, on, ws)
+        drift[b] = measure(xb, xdot, sampling.want, flow, beta[b], hd.shared, level, ws, sc, out, np.int64(b),
                            np.int64(0))

@@ -27,9 +27,19 @@ class Form(IntEnum):
     FACTORED = 2  # M_h = U_h diag(e_h) U_h^T of rank r < d/2: products through the factors
 
 
-# Heads of one trajectory. Arrays a form does not use are empty.
+# Heads of one trajectory (or of a batch, each array with a leading axis of B or 1).
+# Arrays a form does not use are empty.
 #   diag (H, d), dense (H, d, d), u (H, d, r), ut (H, r, d), eig (H, r), values_t (H, d, d) = V_h^T
-Heads = namedtuple("Heads", "form diag dense u ut eig values_t shared")
+#   shared: value alignment V_h = M_h (values_t unused);  H: the number of heads
+Heads = namedtuple("Heads", "form diag dense u ut eig values_t shared H")
+
+# The flow and what its observables measure, from the attention declaration
+# (``attnflow.attention``), the mask and the geometry; plain ints and bools, so
+# every flow compiles to the same specialisation.
+#   weights, energy, entropy: the rules (``Weights``, ``Energy``, ``Entropy``)
+#   normalised, over_n: rows divided by Z_i; v = (1/n) sum_h f^h
+#   causal: token i attends to j <= i only;  spherical: project onto the tangent space
+Flow = namedtuple("Flow", "weights normalised over_n energy entropy causal spherical")
 
 # Buffers of one trajectory, reused by every evaluation. After ``field`` they hold
 # that evaluation's intermediate results, which ``measure`` reads.
@@ -104,8 +114,22 @@ def lane_max(a):
     return top
 
 
+# The weight rules with a branch in ``attention_weights``: ``check_compiled`` refuses any other.
+COMPILED_WEIGHTS = frozenset({Weights.SOFTMAX, Weights.EXP, Weights.RELU, Weights.SIGMOID})
+
+
 @numba.njit(cache=True, inline="always")
-def attention_weights(kind, s, beta, rowmax, rowsum, bits):
+def _mask_rows(s, causal):
+    """Zero the weights a causal mask removes (j > i), after the rule computed them."""
+    if causal:
+        n = s.shape[0]
+        for i in range(n):
+            for j in range(i + 1, n):
+                s[i, j] = 0.0
+
+
+@numba.njit(cache=True, inline="always")
+def attention_weights(flow, s, beta, rowmax, rowsum, bits):
     """Turn the scores ``s`` (n, n) into weights in place, softmax's up to a row factor.
 
     softmax: ``exp(beta (s_ij - m_i))`` with ``m_i`` the row maximum (no
@@ -113,36 +137,55 @@ def attention_weights(kind, s, beta, rowmax, rowsum, bits):
     division ``field`` applies to the n rows of each head output instead of
     the n^2 weights (``row_scale``). exp: ``exp(beta s_ij)`` (``Cell`` bounds
     ``beta ||M_h||``), ``Z_i`` kept for the observables. relu: ``max(beta
-    s_ij, 0) / n``. Whole-matrix passes, so each loop is long enough to
-    vectorise. ``rowmax``/``rowsum`` keep ``m_i`` (0 for exp) and ``Z_i``.
+    s_ij, 0) / n``. sigmoid: ``1 / (1 + exp(log n - beta s_ij))``, ``Z_i`` kept
+    for the entropy (``Cell``'s bound keeps the exponent below 709). Under a
+    causal mask, ``m_i`` and ``Z_i`` run over ``j <= i`` and the other weights
+    are 0. Whole-matrix passes, so each loop is long enough to vectorise.
+    ``rowmax``/``rowsum`` keep ``m_i`` (0 but for softmax) and ``Z_i``.
     """
     n = s.shape[0]
+    kind = flow.weights
     if kind == Weights.RELU:
         inv_n = 1.0 / n
         for i in range(n):
             for j in range(n):
                 s[i, j] = max(beta * s[i, j], 0.0) * inv_n
+        _mask_rows(s, flow.causal)
         return
     if kind == Weights.SOFTMAX:
         for i in range(n):
-            m = lane_max(s[i])
+            m = lane_max(s[i, : i + 1] if flow.causal else s[i])
             rowmax[i] = m
             for j in range(n):
                 s[i, j] = beta * (s[i, j] - m)
-    else:  # Weights.EXP
+    elif kind == Weights.EXP:
         for i in range(n):
             rowmax[i] = 0.0
             for j in range(n):
                 s[i, j] = beta * s[i, j]
+    elif kind == Weights.SIGMOID:
+        bias = np.log(n)
+        for i in range(n):
+            rowmax[i] = 0.0
+            for j in range(n):
+                s[i, j] = bias - beta * s[i, j]
+    else:
+        raise NotImplementedError("attention_weights: a weight rule without its branch")
+    _mask_rows(s, flow.causal)  # masked entries may exceed exp's range: never exponentiate them
     exp_inplace(s.ravel(), bits)
+    if kind == Weights.SIGMOID:
+        for i in range(n):
+            for j in range(n):
+                s[i, j] = 1.0 / (1.0 + s[i, j])
+    _mask_rows(s, flow.causal)
     for i in range(n):
         rowsum[i] = lane_sum(s[i])
 
 
 @numba.njit(cache=True, inline="always")
-def row_scale(kind, f, rowsum):
-    """Divide the softmax head output's rows by ``Z_i`` (see ``attention_weights``)."""
-    if kind != Weights.SOFTMAX:
+def row_scale(flow, f, rowsum):
+    """Divide a normalised head output's rows by ``Z_i`` (see ``attention_weights``)."""
+    if not flow.normalised:
         return
     n, d = f.shape
     for i in range(n):
@@ -175,7 +218,7 @@ def head_rows(x, hd, h, ws):
 
 
 @numba.njit(cache=True)
-def field(x, out, hd, kind, beta, over_n, spherical, keep_scores, need_rows, ws):
+def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
     """Write ``dx/dt`` at ``x`` (n, d) into ``out``; intermediate results stay in ``ws``.
 
     ``keep_scores`` keeps the raw scores in ``ws.sraw``; ``need_rows`` makes sure
@@ -205,7 +248,7 @@ def field(x, out, hd, kind, beta, over_n, spherical, keep_scores, need_rows, ws)
             np.dot(ws.y[h], ws.xt, s)  # s_ij = <M_h x_i, x_j>
         if keep_scores:
             ws.sraw[h][:, :] = s
-        attention_weights(kind, s, beta, ws.rowmax[h], ws.rowsum[h], ws.bits)
+        attention_weights(flow, s, beta, ws.rowmax[h], ws.rowsum[h], ws.bits)
         f = ws.f[h]
         if not hd.shared:
             np.dot(x, hd.values_t[h], ws.xv)  # rows V_h x_j
@@ -215,15 +258,15 @@ def field(x, out, hd, kind, beta, over_n, spherical, keep_scores, need_rows, ws)
             np.dot(ws.wz, hd.ut[h], f)
         else:
             np.dot(s, ws.y[h], f)
-        row_scale(kind, f, ws.rowsum[h])
+        row_scale(flow, f, ws.rowsum[h])
         for i in range(n):
             for k in range(d):
                 v[i, k] += f[i, k]
-    if over_n:
+    if flow.over_n:
         v *= 1.0 / n
     for i in range(n):
         radial = 0.0
-        if spherical:
+        if flow.spherical:
             for k in range(d):
                 radial += v[i, k] * x[i, k]
         for k in range(d):

@@ -15,7 +15,7 @@ from enum import IntEnum
 import numba
 import numpy as np
 
-from ..attention import Weights
+from ..attention import Energy, Entropy, Weights
 from .expo import exp_inplace
 from .field import lane_sum, transpose_into
 
@@ -48,13 +48,15 @@ Outputs = namedtuple(
 
 # Scratch of one trajectory's measurements.
 #   row (n,): one row's terms, summed by ``lane_sum``
-Scratch = namedtuple("Scratch", "gram p py sdot fnorm radial parent row")
+#   m, z (n,): softmax shift and normaliser when taken from the raw scores
+Scratch = namedtuple("Scratch", "gram p py sdot fnorm radial parent row m z")
 
 
 @numba.njit(cache=True)
 def scratch(n, d, H):
     return Scratch(np.empty((n, n)), np.empty((n, n)), np.empty((n, d)), np.empty((n, n)),
-                   np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64), np.empty(n))
+                   np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64), np.empty(n), np.empty(n),
+                   np.empty(n))
 
 
 @numba.njit(cache=True)
@@ -141,45 +143,182 @@ def _add_transpose(c):
                     c[j, i] = total
 
 
+# The rules with a branch in ``measure``: ``check_compiled`` refuses any other.
+COMPILED_ENERGIES = frozenset({Energy.EXP, Energy.SOFTPLUS})
+COMPILED_ENTROPIES = frozenset({Entropy.SOFTMAX, Entropy.SIGMOID})
+
+
 @numba.njit(cache=True)
-def _softmax_parts(kind, h, beta, ws, sc):
-    """Row-stochastic ``p`` with ``exp(beta s_ij) = Z_i e^{beta m_i} p_ij``; returns p (m, Z in ws)."""
+def _softmax_parts(flow, h, beta, causal, ws, sc):
+    """Row-stochastic ``p`` with ``exp(beta s_ij) = Z_i e^{beta m_i} p_ij``: returns (p, m, Z).
+
+    From the field's weights where they are exponentials under the same mask,
+    else from the raw scores (then ``m``, ``Z`` live in the scratch). ``causal``:
+    rows over ``j <= i``, the rest 0.
+    """
     n = ws.w.shape[1]
     p = sc.p
-    if kind != Weights.RELU:  # the weights are exp(beta (s - m)) (m = 0 for exp weights): p = w / Z
+    if (flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP) and causal == flow.causal:
         for i in range(n):
             inv = 1.0 / ws.rowsum[h, i]
             for j in range(n):
                 p[i, j] = ws.w[h, i, j] * inv
-        return p
-    s = ws.sraw[h]  # relu weights carry no exponentials: take them from the raw scores
+        return p, ws.rowmax[h], ws.rowsum[h]
+    s = ws.sraw[h]
     for i in range(n):
+        active = i + 1 if causal else n
         m = s[i, 0]
-        for j in range(1, n):
+        for j in range(1, active):
             m = max(m, s[i, j])
         row = p[i]
-        for j in range(n):
+        for j in range(active):
             row[j] = beta * (s[i, j] - m)
-        exp_inplace(row, ws.bits)
+        exp_inplace(row[:active], ws.bits)
         total = 0.0
-        for j in range(n):
+        for j in range(active):
             total += row[j]
         inv = 1.0 / total
-        for j in range(n):
+        for j in range(active):
             row[j] *= inv
-        ws.rowmax[h, i] = m
-        ws.rowsum[h, i] = total
-    return p
+        for j in range(active, n):
+            row[j] = 0.0
+        sc.m[i] = m
+        sc.z[i] = total
+    return p, sc.m, sc.z
 
 
 @numba.njit(cache=True)
-def measure(x, xdot, want, kind, beta, shared_rows, cluster_level, ws, sc, out, b, t):
+def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
+    """``E_h = sum_ij exp(beta s_ij) / (2 beta n^2)`` and its exact rate (MODEL.md), over all pairs.
+
+    ``g_i = sum_j exp(beta s_ij) M_h x_j = c_i (P Y)_i`` with ``c_i = Z_i e^{beta m_i}``.
+    With value alignment and unmasked exponential weights, ``f = P Y`` (softmax)
+    or ``f = W Y = g`` itself (exp), so no product is needed.
+    """
+    n, d = xdot.shape
+    exponential = flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP
+    fast = shared_rows and not flow.causal and exponential
+    exp_weights_are_g = fast and flow.weights == Weights.EXP
+    if fast:
+        m, z = ws.rowmax[h], ws.rowsum[h]
+        py = ws.f[h]
+    else:
+        p, m, z = _softmax_parts(flow, h, beta, False, ws, sc)
+        np.dot(p, ws.y[h], sc.py)
+        py = sc.py
+    energy, rate = 0.0, 0.0
+    for i in range(n):
+        c = z[i] * np.exp(beta * m[i])
+        energy += c
+        dot = 0.0
+        for k in range(d):
+            dot += xdot[i, k] * py[i, k]
+        rate += dot if exp_weights_are_g else c * dot
+    return energy / (2.0 * beta * n * n), rate / (n * n)
+
+
+@numba.njit(cache=True)
+def _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc):
+    """``E_h = sum_ij softplus(a_ij) / (2 beta n)``, ``a = beta s - log n``, and its exact rate.
+
+    ``dE_h/dt = (1/n) sum_i <dx_i/dt, g_i>`` with ``g_i = sum_j sigma(a_ij) M_h x_j``
+    (symmetric scores), which is the head output itself for unmasked sigmoid
+    weights with value alignment (MODEL.md result 8).
+    """
+    n, d = xdot.shape
+    s = ws.sraw[h]
+    bias = np.log(n)
+    coeff = sc.p
+    energy = 0.0
+    for i in range(n):
+        for j in range(n):
+            a = beta * s[i, j] - bias
+            e = np.exp(-abs(a))
+            energy += max(a, 0.0) + np.log1p(e)
+            coeff[i, j] = 1.0 / (1.0 + e) if a >= 0.0 else e / (1.0 + e)
+    if shared_rows and not flow.causal and flow.weights == Weights.SIGMOID:
+        g = ws.f[h]
+    else:
+        np.dot(coeff, ws.y[h], sc.py)
+        g = sc.py
+    rate = 0.0
+    for i in range(n):
+        for k in range(d):
+            rate += xdot[i, k] * g[i, k]
+    return energy / (2.0 * beta * n), rate / n
+
+
+@numba.njit(cache=True)
+def _score_rates(xdot, h, ws, sc):
+    """``ds_ij/dt = <xdot_i, y_j> + <xdot_j, y_i>`` (symmetric M_h) into ``sc.sdot``."""
+    np.dot(xdot, ws.y[h].T, sc.sdot)  # C_ij = <xdot_i, y_j>
+    _add_transpose(sc.sdot)
+    return sc.sdot
+
+
+@numba.njit(cache=True)
+def _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
+    """Entropy of ``p = softmax_j(beta s_ij)`` (over ``j <= i`` under a mask) and Thm 27's exact rate."""
+    n = xdot.shape[0]
+    p, m, z = _softmax_parts(flow, h, beta, flow.causal, ws, sc)
+    s, s_rate = ws.sraw[h], _score_rates(xdot, h, ws, sc)
+    row = sc.row
+    for i in range(n):
+        # H_i = -sum_j p log p = log Z_i - beta sum_j p_ij (s_ij - m_i)
+        for j in range(n):
+            row[j] = p[i, j] * s[i, j]
+        mean_s = lane_sum(row)
+        for j in range(n):
+            row[j] = p[i, j] * (s[i, j] - m[i])
+        out.entropy[b, t, h, i] = np.log(z[i]) - beta * lane_sum(row)
+        for j in range(n):
+            row[j] = p[i, j] * (s[i, j] - mean_s) * s_rate[i, j]
+        out.entropy_rate[b, t, h, i] = -beta * beta * lane_sum(row)
+
+
+@numba.njit(cache=True)
+def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
+    """Entropy of the row-normalised sigmoid weights ``p_ij = w_ij / Z_i`` and its exact rate.
+
+    With logits ``l_j = log sigma(a_j)``, ``a = beta s - log n``: ``H_i = log Z_i -
+    sum_j p_j l_j`` and ``dH_i/dt = -Cov_p(l, dl/dt)``, ``dl_j/dt = (1 - sigma(a_j))
+    beta ds_j/dt`` (Thm 27's argument, with these logits).
+    """
+    n = xdot.shape[0]
+    s, s_rate = ws.sraw[h], _score_rates(xdot, h, ws, sc)
+    bias = np.log(n)
+    logit, rate = sc.p, sc.sdot  # each entry read before it is overwritten
+    for i in range(n):
+        active = i + 1 if flow.causal else n
+        total = 0.0
+        for j in range(active):
+            a = beta * s[i, j] - bias
+            e = np.exp(-abs(a))
+            w = 1.0 / (1.0 + e) if a >= 0.0 else e / (1.0 + e)
+            logit[i, j] = -(max(-a, 0.0) + np.log1p(e))  # log sigma(a) = -softplus(-a)
+            rate[i, j] = (1.0 - w) * beta * s_rate[i, j]
+            sc.row[j] = w
+            total += w
+        mean_l = 0.0
+        for j in range(active):
+            mean_l += sc.row[j] / total * logit[i, j]
+        cov = 0.0
+        for j in range(active):
+            cov += sc.row[j] / total * (logit[i, j] - mean_l) * rate[i, j]
+        out.entropy[b, t, h, i] = np.log(total) - mean_l
+        out.entropy_rate[b, t, h, i] = -cov
+
+
+@numba.njit(cache=True)
+def measure(x, xdot, want, flow, beta, shared_rows, cluster_level, ws, sc, out, b, t):
     """Write the wanted observables of state ``x`` (velocity ``xdot``) into ``out[...][b, t]``.
 
     ``ws`` must hold the evaluation of the field at ``x`` (with raw scores and
     rows) when a group needing the velocity is wanted. ``shared_rows``: the head
     outputs are ``W_h`` times the rows ``M_h x_j`` (value alignment), so
     ``sum_j exp(beta s_ij) M_h x_j`` follows from ``f`` without a product.
+    The energies run over all pairs whatever the mask: they are functions of
+    the positions, and their rates exact derivatives along any flow.
     Returns the largest ``| ||x_i|| - 1 |``.
     """
     n, d = x.shape
@@ -219,47 +358,22 @@ def measure(x, xdot, want, kind, beta, shared_rows, cluster_level, ws, sc, out, 
         # d/dt sum_{i<j} <x_i, x_j> = <sum xdot, sum x> - sum_i <xdot_i, x_i>
         out.gamma_mean_rate[b, t] = 2.0 * (cross - self_rate) / (n * (n - 1))
 
-    if want[Group.ENERGY] or want[Group.ENTROPY]:
-        # With value alignment the energies of softmax and exp weights need only m, Z and f.
-        need_p = want[Group.ENTROPY] or not shared_rows or kind == Weights.RELU
-        for h in range(H):
-            p = _softmax_parts(kind, h, beta, ws, sc) if need_p else sc.p
-            m, z = ws.rowmax[h], ws.rowsum[h]
-            if want[Group.ENERGY]:
-                # g_i = sum_j exp(beta s_ij) M_h x_j = c_i (P Y)_i with c_i = Z_i e^{beta m_i}.
-                # With value alignment f = P Y (softmax), or f = W Y = g itself (exp weights).
-                exp_weights_are_g = shared_rows and kind == Weights.EXP
-                if shared_rows and (kind == Weights.SOFTMAX or kind == Weights.EXP):
-                    py = ws.f[h]
-                else:
-                    np.dot(p, ws.y[h], sc.py)
-                    py = sc.py
-                energy, rate = 0.0, 0.0
-                for i in range(n):
-                    c = z[i] * np.exp(beta * m[i])
-                    energy += c
-                    dot = 0.0
-                    for k in range(d):
-                        dot += xdot[i, k] * py[i, k]
-                    rate += dot if exp_weights_are_g else c * dot
-                out.energy[b, t, h] = energy / (2.0 * beta * n * n)
-                out.energy_rate[b, t, h] = rate / (n * n)
-            if want[Group.ENTROPY]:
-                s, s_rate = ws.sraw[h], sc.sdot
-                np.dot(xdot, ws.y[h].T, s_rate)  # C_ij = <xdot_i, y_j>
-                _add_transpose(s_rate)  # ds_ij/dt = C_ij + C_ji
-                row = sc.row
-                for i in range(n):
-                    # H_i = -sum_j p log p = log Z_i - beta sum_j p_ij (s_ij - m_i)
-                    for j in range(n):
-                        row[j] = p[i, j] * s[i, j]
-                    mean_s = lane_sum(row)
-                    for j in range(n):
-                        row[j] = p[i, j] * (s[i, j] - m[i])
-                    out.entropy[b, t, h, i] = np.log(z[i]) - beta * lane_sum(row)
-                    for j in range(n):
-                        row[j] = p[i, j] * (s[i, j] - mean_s) * s_rate[i, j]
-                    out.entropy_rate[b, t, h, i] = -beta * beta * lane_sum(row)
+    for h in range(H if want[Group.ENERGY] else 0):
+        if flow.energy == Energy.EXP:
+            energy, rate = _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc)
+        elif flow.energy == Energy.SOFTPLUS:
+            energy, rate = _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc)
+        else:
+            raise NotImplementedError("measure: an energy without its branch")
+        out.energy[b, t, h] = energy
+        out.energy_rate[b, t, h] = rate
+    for h in range(H if want[Group.ENTROPY] else 0):
+        if flow.entropy == Entropy.SOFTMAX:
+            _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t)
+        elif flow.entropy == Entropy.SIGMOID:
+            _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t)
+        else:
+            raise NotImplementedError("measure: an entropy without its branch")
 
     if want[Group.RADIAL]:
         for h in range(H):
