@@ -6,27 +6,36 @@ Loops over heads, one configuration at a time, no shared code with attnflow.
 import numpy as np
 
 
-def head_outputs(x, scores, beta, attention, values=None):
+def allowed(n, mask):
+    """(n, n) booleans: which j token i attends to."""
+    return np.tril(np.ones((n, n), dtype=bool)) if mask == "causal" else np.ones((n, n), dtype=bool)
+
+
+def head_outputs(x, scores, beta, attention, values=None, mask="none"):
     """List of (weights, f^h) per head for one configuration x (n, d)."""
     n = x.shape[0]
+    keep = allowed(n, mask)
     out = []
     for h, m in enumerate(scores):
         v = m if values is None else values[h]
         s = x @ m @ x.T
         if attention == "softmax":
-            w = np.exp(beta * s - np.max(beta * s, axis=1, keepdims=True))
+            z = np.where(keep, beta * s, -np.inf)
+            w = np.exp(z - np.max(z, axis=1, keepdims=True))
             w = w / w.sum(axis=1, keepdims=True)
         elif attention == "usa":
-            w = np.exp(beta * s)
+            w = np.where(keep, np.exp(beta * s), 0.0)
+        elif attention == "sigmoid":
+            w = np.where(keep, 1.0 / (1.0 + np.exp(-(beta * s - np.log(n)))), 0.0)
         else:
-            w = np.maximum(beta * s, 0.0) / n
+            w = np.where(keep, np.maximum(beta * s, 0.0) / n, 0.0)
         out.append((w, w @ (x @ v.T)))
     return out
 
 
-def velocity(x, scores, beta, attention, spherical=True, values=None):
+def velocity(x, scores, beta, attention, spherical=True, values=None, mask="none"):
     n = x.shape[0]
-    v = sum(f for _, f in head_outputs(x, scores, beta, attention, values))
+    v = sum(f for _, f in head_outputs(x, scores, beta, attention, values, mask))
     if attention == "usa":
         v = v / n
     if spherical:
@@ -37,6 +46,22 @@ def velocity(x, scores, beta, attention, spherical=True, values=None):
 def head_energies(x, scores, beta):
     n = x.shape[0]
     return np.array([np.exp(beta * (x @ m @ x.T)).sum() / (2 * beta * n * n) for m in scores])
+
+
+def softplus_energies(x, scores, beta):
+    """Sigmoid attention's E_h = sum_ij softplus(beta s_ij - log n) / (2 beta n) (MODEL.md result 8)."""
+    n = x.shape[0]
+    return np.array([np.logaddexp(0.0, beta * (x @ m @ x.T) - np.log(n)).sum() / (2 * beta * n)
+                     for m in scores])
+
+
+def weight_entropies(x, scores, beta, attention, mask="none"):
+    """(H, n) entropies of each row of the weights, normalised to sum to 1."""
+    rows = []
+    for w, _ in head_outputs(x, scores, beta, attention, mask=mask):
+        p = w / w.sum(axis=1, keepdims=True)
+        rows.append(-np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=1))
+    return np.array(rows)
 
 
 def entropies(x, scores, beta):

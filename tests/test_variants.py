@@ -1,0 +1,230 @@
+"""Sigmoid attention and causal masking (MODEL.md results 8-9), and the engine's declared parts.
+
+Every check compares with an independent route: the plain reference of
+``tests/reference.py``, scipy's DOP853 on it, finite differences, or an exact
+fact of the dynamics.
+"""
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from reference import (
+    random_sphere,
+    random_symmetric,
+    softplus_energies,
+    velocity,
+    weight_entropies,
+)
+from scipy.integrate import solve_ivp
+
+from attnflow import Cell, simulate
+from attnflow.attention import ATTENTIONS
+from attnflow.engine import check_compiled, observe, solve
+from attnflow.tableau import DOPRI5, ButcherTableau
+
+ATTENTION_TYPES = ATTENTIONS.names()
+
+
+def _obs(x, m, beta, attention, spherical=True, mask="none"):
+    out = observe(x[None], m[None], attention=attention, beta=beta, spherical=spherical, mask=mask)
+    return {k: v[0] for k, v in out.items()}
+
+
+def _along(fn, x, xdot, eps=1e-5):
+    """Central difference of ``fn`` along ``xdot``: error O(eps^2 |fn'''|) ~ 1e-10 here."""
+    return (fn(x + eps * xdot) - fn(x - eps * xdot)) / (2 * eps)
+
+
+# --- sigmoid attention (result 8) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("spherical", [True, False])
+def test_sigmoid_is_the_gradient_flow_of_the_softplus_energy(rng, spherical):
+    # Result 8: with symmetric M_h and V_h = M_h, dE/dt = (1/n) sum_i ||dx_i/dt||^2 exactly,
+    # E_h = sum_ij softplus(beta s_ij - log n) / (2 beta n): n = 7, d = 5, H = 3 as in MODEL.md.
+    n, d, H, beta = 7, 5, 3, 1.3
+    for m in random_symmetric(rng, 4 * H, d).reshape(4, H, d, d):
+        x = random_sphere(rng, n, d)
+        o = _obs(x, m, beta, "sigmoid", spherical)
+        xdot = velocity(x, m, beta, "sigmoid", spherical)
+        kinetic = np.mean(np.sum(xdot**2, axis=1))
+        # Sums of O(1) terms: a few ulps of the total.
+        assert o["kinetic"] == pytest.approx(kinetic, rel=1e-12)
+        assert o["energy_rate"].sum() == pytest.approx(kinetic, rel=1e-12)
+        np.testing.assert_allclose(o["energy"], softplus_energies(x, m, beta), rtol=1e-13)
+        fd = _along(lambda y, m=m: softplus_energies(y, m, beta), x, xdot)
+        np.testing.assert_allclose(o["energy_rate"], fd, rtol=1e-7, atol=1e-9)
+
+
+def test_sigmoid_entropy_is_that_of_the_row_normalised_weights(rng):
+    n, d, H, beta = 6, 5, 2, 1.7
+    m = random_symmetric(rng, H, d)
+    x = random_sphere(rng, n, d)
+    o = _obs(x, m, beta, "sigmoid")
+    np.testing.assert_allclose(o["entropy"], weight_entropies(x, m, beta, "sigmoid"), rtol=1e-12)
+    xdot = velocity(x, m, beta, "sigmoid")
+    fd = _along(lambda y: weight_entropies(y, m, beta, "sigmoid"), x, xdot)
+    np.testing.assert_allclose(o["entropy_rate"], fd, rtol=1e-6, atol=1e-9)
+
+
+def test_sigmoid_energy_with_explicit_value_matrices(rng):
+    # V_h != M_h: the head outputs are not the energy's gradient rows; the rate is still the
+    # exact derivative of the softplus energy along the flow.
+    n, d, H, beta = 6, 5, 2, 1.1
+    m = random_symmetric(rng, H, d)
+    v = rng.standard_normal((H, d, d)) / 2
+    x = random_sphere(rng, n, d)
+    out = observe(x[None], m[None], attention="sigmoid", beta=beta, values=v[None])
+    xdot = velocity(x, m, beta, "sigmoid", True, v)
+    fd = _along(lambda y: softplus_energies(y, m, beta), x, xdot)
+    np.testing.assert_allclose(out["energy_rate"][0], fd, rtol=1e-7, atol=1e-9)
+
+
+# --- causal masking (result 9) --------------------------------------------------------------------
+
+@pytest.mark.parametrize("attention", ATTENTION_TYPES)
+def test_masked_trajectories_match_the_reference(attention):
+    # scipy's DOP853 at rtol 1e-12 on the plain reference field with the mask. Budget as in
+    # test_engine: ~1e-8 from attnflow's tolerances, amplified over t in [0, 3].
+    rng = np.random.default_rng(3)
+    n, d, H, beta = 6, 5, 2, 1.2
+    m = random_symmetric(rng, H, d)
+    x0 = random_sphere(rng, n, d)
+    cell = Cell(H=H, n=n, d=d, beta=beta, attention=attention, mask="causal", seeds=1, t_max=3.0, n_samples=7,
+                rtol=1e-9, atol=1e-11, observables=["positions"])
+    ds = simulate(cell, x0=x0, score_matrices=m)
+    sol = solve_ivp(lambda _t, y: velocity(y.reshape(n, d), m, beta, attention, mask="causal").ravel(),
+                    (0, 3.0), x0.ravel(), method="DOP853", rtol=1e-12, atol=1e-14, t_eval=ds.time.values)
+    np.testing.assert_allclose(ds.x.values[0], sol.y.T.reshape(-1, n, d), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("attention", ATTENTION_TYPES)
+def test_masked_observables_match_the_reference(rng, attention):
+    # The energy is a function of the positions (all pairs), its rate the exact derivative along
+    # the masked flow; the entropy is that of the attention each token pays (j <= i).
+    n, d, H, beta = 6, 5, 2, 0.9
+    m = random_symmetric(rng, H, d)
+    x = random_sphere(rng, n, d)
+    o = _obs(x, m, beta, attention, mask="causal")
+    xdot = velocity(x, m, beta, attention, mask="causal")
+    assert o["kinetic"] == pytest.approx(np.mean(np.sum(xdot**2, axis=1)), rel=1e-12)
+    energy = softplus_energies if attention == "sigmoid" else _exp_energies
+    fd = _along(lambda y: energy(y, m, beta), x, xdot)
+    np.testing.assert_allclose(o["energy_rate"], fd, rtol=1e-7, atol=1e-9)
+    entropy_of = "sigmoid" if attention == "sigmoid" else "softmax"
+    np.testing.assert_allclose(o["entropy"], weight_entropies(x, m, beta, entropy_of, "causal"), rtol=1e-12,
+                               atol=1e-15)
+    fd = _along(lambda y: weight_entropies(y, m, beta, entropy_of, "causal"), x, xdot)
+    np.testing.assert_allclose(o["entropy_rate"], fd, rtol=1e-6, atol=1e-9)
+
+
+def _exp_energies(x, m, beta):
+    n = x.shape[0]
+    return np.array([np.exp(beta * (x @ mh @ x.T)).sum() / (2 * beta * n * n) for mh in m])
+
+
+@pytest.mark.parametrize("attention", ATTENTION_TYPES)
+def test_causal_token_zero_never_moves_with_scalar_heads(attention):
+    # With M_h = lambda_h I, token 0 attends only to itself: its velocity is the projection of a
+    # multiple of x_0 onto its own tangent space, exactly 0.
+    cell = Cell(H=2, n=7, d=5, beta=1.7, attention=attention, mask="causal", seeds=3, t_max=5.0, n_samples=6,
+                lambda_dist="linear", spread=0.3, observables=["positions"])
+    x = simulate(cell).x.values
+    assert np.max(np.abs(x[:, :, 0] - x[:, :1, 0])) <= 1e-15
+
+
+def test_causal_tokens_converge_to_token_zero():
+    # MODEL.md result 9 (Karagodin, Polyanskiy, Rigollet 2024): n = 7, d = 5, softmax,
+    # lambda = 1.3, beta = 1.7, uniform starts: every token within 4e-11 of token 0 at t = 40.
+    # Allow 1e-8: the approach is exponential, and the integrator's tolerance sits near 1e-9.
+    cell = Cell(H=1, n=7, d=5, beta=1.7, lambda_bar=1.3, mask="causal", seeds=4, t_max=40.0, n_samples=5,
+                rtol=1e-10, atol=1e-12, observables=["positions"])
+    x = simulate(cell).x.values[:, -1]
+    assert np.max(np.linalg.norm(x - x[:, :1], axis=-1)) < 1e-8
+
+
+def test_mask_breaks_the_energy_identity_and_the_residual_shows_it(rng):
+    # usa with V_h = M_h is a gradient flow unmasked (residual at round-off); masked it is not.
+    n, d, H, beta = 7, 5, 3, 1.3
+    m = random_symmetric(rng, H, d)
+    x = random_sphere(rng, n, d)
+    plain = _obs(x, m, beta, "usa")
+    masked = _obs(x, m, beta, "usa", mask="causal")
+    assert abs(plain["energy_rate"].sum() - plain["kinetic"]) < 1e-12 * plain["kinetic"]
+    assert abs(masked["energy_rate"].sum() - masked["kinetic"]) > 1e-3 * masked["kinetic"]
+
+
+# --- the engine's parts ---------------------------------------------------------------------------
+
+def test_a_declaration_without_its_compiled_branch_is_refused_by_name(rng):
+    x = random_sphere(rng, 4, 3)[None]
+    m = random_symmetric(rng, 1, 3)[None]
+    for rule in ("weights", "energy", "entropy"):
+        mystery = dataclasses.replace(ATTENTIONS.get("softmax"), name="mystery", **{rule: 99})
+        with pytest.raises(NotImplementedError, match="attention 'mystery' declares .* rule 99"):
+            check_compiled(mystery)
+        with pytest.raises(NotImplementedError, match="'mystery'"):
+            solve(x, m, attention=mystery, beta=1.0, spherical=True, t_eval=np.array([0.0, 1.0]), rtol=1e-6,
+                  atol=1e-9, max_steps=100)
+
+
+def test_registering_a_declaration_without_its_kernel_fails_at_import():
+    # A new entry in the registry, before the engine is imported: the import itself refuses it.
+    code = (
+        "import dataclasses\n"
+        "from attnflow.attention import ATTENTIONS, Weights\n"
+        "ATTENTIONS._items['tanh'] = dataclasses.replace(ATTENTIONS.get('softmax'), name='tanh', weights=7)\n"
+        "import attnflow.engine\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "attention 'tanh' declares" in run.stderr and "no compiled branch" in run.stderr
+
+
+# Cash & Karp (1990): 5th-order weights with a 4th-order embedded pair; not FSAL. Its dense
+# output here is linear (degree 1), so samples are taken only at step ends below.
+_CK_B5 = np.array([37 / 378, 0, 250 / 621, 125 / 594, 0, 512 / 1771])
+_CK_B4 = np.array([2825 / 27648, 0, 18575 / 48384, 13525 / 55296, 277 / 14336, 1 / 4])
+CASH_KARP = ButcherTableau(
+    name="Cash-Karp 5(4)",
+    a=np.array([
+        [0, 0, 0, 0, 0, 0],
+        [1 / 5, 0, 0, 0, 0, 0],
+        [3 / 40, 9 / 40, 0, 0, 0, 0],
+        [3 / 10, -9 / 10, 6 / 5, 0, 0, 0],
+        [-11 / 54, 5 / 2, -70 / 27, 35 / 27, 0, 0],
+        [1631 / 55296, 175 / 512, 575 / 13824, 44275 / 110592, 253 / 4096, 0],
+    ]),
+    b=_CK_B5, c=np.array([0, 1 / 5, 3 / 10, 3 / 5, 1, 7 / 8]), e=_CK_B5 - _CK_B4, dense=_CK_B5[:, None],
+    order=5, error_order=4, fsal=False,
+)
+
+
+def test_a_tableau_without_fsal_integrates_correctly():
+    # Fixed steps, flat geometry: Cash-Karp's global error falls as h^5 against DOP853 at
+    # rtol 1e-13 (an FSAL loop would reuse a stage that is not f(y_new) and lose the order).
+    rng = np.random.default_rng(1)
+    n, d, H, beta = 5, 4, 2, 0.7
+    m = random_symmetric(rng, H, d)
+    x0 = random_sphere(rng, n, d)
+    t = np.array([0.0, 2.0])
+    sol = solve_ivp(lambda _t, y: velocity(y.reshape(n, d), m, beta, "softmax", False).ravel(), (0, 2.0),
+                    x0.ravel(), method="DOP853", rtol=1e-13, atol=1e-14, t_eval=t)
+    ref = sol.y.T[-1].reshape(n, d)
+    steps = np.array([0.2, 0.1, 0.05, 0.025])
+    errors = []
+    for h in steps:
+        r = solve(x0[None], m[None], attention="softmax", beta=beta, spherical=False, t_eval=t, rtol=1,
+                  atol=1, max_steps=10_000, fixed_step=h, groups=("positions",), tableau=CASH_KARP)
+        errors.append(np.max(np.abs(r.observables["x"][0, -1] - ref)))
+        # Six stages per step, none reused: 6 per step, the initial field and none else.
+        assert r.n_rhs_calls[0] == 6 * r.n_steps[0] + 1
+    slope = np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    assert slope == pytest.approx(5.0, abs=0.3)
+    # Adaptive: the same end point as Dormand-Prince at the same tolerance, to its budget.
+    ends = [solve(x0[None], m[None], attention="softmax", beta=beta, spherical=True, t_eval=t, rtol=1e-10,
+                  atol=1e-12, max_steps=10_000, groups=("positions",), tableau=tab).observables["x"][0, -1]
+            for tab in (CASH_KARP, DOPRI5)]
+    np.testing.assert_allclose(ends[0], ends[1], rtol=0, atol=1e-8)
