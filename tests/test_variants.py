@@ -228,3 +228,20 @@ def test_a_tableau_without_fsal_integrates_correctly():
                   atol=1e-12, max_steps=10_000, groups=("positions",), tableau=tab).observables["x"][0, -1]
             for tab in (CASH_KARP, DOPRI5)]
     np.testing.assert_allclose(ends[0], ends[1], rtol=0, atol=1e-8)
+
+
+def test_variants_reduction_reads_the_statements():
+    # The experiment's reduction on two cells with known answers: usa unmasked is a gradient flow
+    # (residual at round-off, total energy never falls); softmax under a causal mask with scalar
+    # heads ends on token 0's starting point.
+    from attnflow.experiments.variants import EXPERIMENT, ROUND_OFF
+
+    base = dict(H=2, n=6, d=5, lambda_dist="linear", spread=0.5, seeds=4, n_samples=21, rtol=1e-10,
+                atol=1e-12, observables=list(EXPERIMENT.observables))
+    usa = EXPERIMENT.reduce(simulate(Cell(attention="usa", beta=1.0, t_max=5.0, heads="random", **base)))
+    assert float(usa.energy_residual) < ROUND_OFF
+    assert float(usa.frac_total_monotone) == 1.0
+    causal = EXPERIMENT.reduce(simulate(Cell(mask="causal", beta=2.0, t_max=60.0, **base)))
+    assert float(causal.distance_from_token0) < 1e-6
+    plain = EXPERIMENT.reduce(simulate(Cell(beta=2.0, t_max=60.0, **base)))
+    assert float(plain.distance_from_token0) > 1e-2
