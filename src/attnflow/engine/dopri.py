@@ -214,10 +214,10 @@ def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd, flow, beta
         if sampling.field:
             field(xs, xs_dot, hd, flow, beta, sampling.scores, sampling.field, ws)
             calls += 1
-            drift = max(drift, measure(xs, xs_dot, sampling.want, flow, beta, hd.shared, criterion.level,
+            drift = max(drift, measure(xs, xs_dot, sampling, flow, beta, hd.shared, criterion.level,
                                        ws, sc, out, b, next_sample))
         else:
-            drift = max(drift, measure(xs, xs, sampling.want, flow, beta, hd.shared, criterion.level,
+            drift = max(drift, measure(xs, xs, sampling, flow, beta, hd.shared, criterion.level,
                                        ws, sc, out, b, next_sample))
         if not found:
             value = (1.0 - out.gamma_min[b, next_sample] if criterion.metric == Metric.EPSILON
@@ -253,7 +253,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     field(y, stages[0], hd, flow, beta, sampling.scores, sampling.field, ws)
     calls += 1
     xdot = stages[0] if sampling.field else y
-    drift = measure(y, xdot, sampling.want, flow, beta, hd.shared, criterion.level, ws, sc, out, b,
+    drift = measure(y, xdot, sampling, flow, beta, hd.shared, criterion.level, ws, sc, out, b,
                     np.int64(0))
     found = _holds(y, criterion, ws, sc)
     if found:
@@ -375,5 +375,5 @@ def observe_batch(x, heads, flow, beta, sampling, level, out, drift):
         xdot = np.empty((n, d))
         on = np.bool_(True)
         field(xb, xdot, hd, flow, beta[b], on, on, ws)
-        drift[b] = measure(xb, xdot, sampling.want, flow, beta[b], hd.shared, level, ws, sc, out, np.int64(b),
+        drift[b] = measure(xb, xdot, sampling, flow, beta[b], hd.shared, level, ws, sc, out, np.int64(b),
                            np.int64(0))

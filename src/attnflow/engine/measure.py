@@ -310,11 +310,11 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
 
 
 @numba.njit(cache=True)
-def measure(x, xdot, want, flow, beta, shared_rows, cluster_level, ws, sc, out, b, t):
-    """Write the wanted observables of state ``x`` (velocity ``xdot``) into ``out[...][b, t]``.
+def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, out, b, t):
+    """Write the observables ``sampling`` wants at state ``x`` (velocity ``xdot``) into ``out[...][b, t]``.
 
-    ``ws`` must hold the evaluation of the field at ``x`` (with raw scores and
-    rows) when a group needing the velocity is wanted. ``shared_rows``: the head
+    When ``sampling.field``, ``ws`` must hold the evaluation of the field at
+    ``x`` (with the raw scores if ``sampling.scores``, and the rows). ``shared_rows``: the head
     outputs are ``W_h`` times the rows ``M_h x_j`` (value alignment), so
     ``sum_j exp(beta s_ij) M_h x_j`` follows from ``f`` without a product.
     The energies run over all pairs whatever the mask: they are functions of
@@ -323,6 +323,7 @@ def measure(x, xdot, want, flow, beta, shared_rows, cluster_level, ws, sc, out, 
     """
     n, d = x.shape
     H = ws.f.shape[0]
+    want = sampling.want
     drift = 0.0
     for i in range(n):
         norm = 0.0
@@ -332,8 +333,7 @@ def measure(x, xdot, want, flow, beta, shared_rows, cluster_level, ws, sc, out, 
 
     out.gamma_mean[b, t] = gamma_mean(x)
     if want[Group.COSINES] or want[Group.CLUSTERS]:
-        if not want[Group.VELOCITY] and not want[Group.ENERGY] and not want[Group.RADIAL] \
-                and not want[Group.ENTROPY]:
+        if not sampling.field:
             transpose_into(x, ws.xt)  # otherwise the field evaluation at x left it there
         out.gamma_min[b, t] = gram_min(x, ws.xt, sc.gram)
     if want[Group.CLUSTERS]:
