@@ -1,4 +1,4 @@
-"""``attnflow`` command line: the state of a sweep, the config schema, the generated docs."""
+"""``attnflow`` command line: the state of a sweep, the config schema, the generated docs, exports."""
 
 from __future__ import annotations
 
@@ -98,6 +98,28 @@ def _refine(args) -> int:
     return 0
 
 
+def _export(args) -> int:
+    from .access import NotBuiltError
+    from .experiments import ConfigError, NoExport
+    from .export import export, write_csv, write_json
+    from .store import CorruptStore
+
+    try:
+        df = export(args.experiment, args.configfile, args.results)
+    except (ConfigError, NotBuiltError, NoExport, CorruptStore) as err:
+        print(f"attnflow export: {err}", file=sys.stderr)
+        return 2
+    if args.csv:
+        write_csv(df, args.csv)
+    if args.json:
+        write_json(df, args.json)
+    if not (args.csv or args.json):
+        df.to_csv(sys.stdout, index=False, float_format="%.10g")
+    for path in filter(None, (args.csv, args.json)):
+        print(f"{args.experiment}: {len(df)} rows -> {path}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attnflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +143,17 @@ def main(argv=None) -> int:
     refine.epilog = ("Arguments after -- go to snakemake (default --cores all), e.g. "
                      "attnflow refine beta_star --rounds 3 -- --profile profiles/slurm")
     refine.set_defaults(func=_refine)
+    export = sub.add_parser("export", help="an experiment's measured thresholds, boundaries and fitted "
+                                           "exponents with their intervals and closed forms, one row per "
+                                           "grid line (CSV or JSON)")
+    export.add_argument("experiment")
+    export.add_argument("--configfile", default="config/config.yaml")
+    export.add_argument("--results", help="override the config's results directory")
+    export.add_argument("--csv", metavar="FILE", help="write the table as CSV")
+    export.add_argument("--json", metavar="FILE", help="write the table, its column descriptions and "
+                                                       "provenance as JSON")
+    export.epilog = "Without --csv or --json the CSV goes to stdout."
+    export.set_defaults(func=_export)
     # Split at "--" before parsing, so that options may come in any order before it and
     # snakemake's own options after it are never read as attnflow's.
     argv = list(sys.argv[1:] if argv is None else argv)
