@@ -1,4 +1,4 @@
-"""``attnflow`` command line: the state of a sweep, the config schema, the generated docs, exports."""
+"""``attnflow`` command line: a sweep's state and plan, the config schema, the generated docs, exports."""
 
 from __future__ import annotations
 
@@ -120,6 +120,28 @@ def _export(args) -> int:
     return 0
 
 
+def _plan(args) -> int:
+    import os
+
+    from .access import load_sweep
+    from .experiments import ConfigError
+    from .plan import SIMULATE_THREADS, plan, profile_settings, render, to_json
+
+    try:
+        settings = profile_settings(args.profile)
+        sweep = load_sweep(args.configfile, args.results)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"attnflow plan: {err}", file=sys.stderr)
+        return 2
+    for name, why in sweep.skipped.items():
+        print(f"attnflow plan: skipping experiment {name}: {why}", file=sys.stderr)
+    cores = args.cores or settings.get("cores") or os.cpu_count() or 1
+    result = plan(sweep, cores, settings.get("threads", SIMULATE_THREADS),
+                  cluster_jobs=None if args.cores else settings.get("cluster_jobs"))
+    print(to_json(result) if args.json else render(result))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attnflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -143,6 +165,14 @@ def main(argv=None) -> int:
     refine.epilog = ("Arguments after -- go to snakemake (default --cores all), e.g. "
                      "attnflow refine beta_star --rounds 3 -- --profile profiles/slurm")
     refine.set_defaults(func=_refine)
+    plan = sub.add_parser("plan", help="before a run: cells (new, done, failed, stale), jobs, core-hours, "
+                                       "wall time and the largest job's memory, from the SLURM cost model")
+    plan.add_argument("--configfile", default="config/config.yaml")
+    plan.add_argument("--profile", help="a Snakemake profile (directory): its cores, jobs and threads")
+    plan.add_argument("--cores", type=int, help="cores to run on (default: the profile's, else all here)")
+    plan.add_argument("--results", help="override the config's results directory")
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.set_defaults(func=_plan)
     export = sub.add_parser("export", help="an experiment's measured thresholds, boundaries and fitted "
                                            "exponents with their intervals and closed forms, one row per "
                                            "grid line (CSV or JSON)")
