@@ -56,6 +56,10 @@ def _status(args) -> int:
             print(f"failed {name}/{cid}: {error}")
         for cid, detail in states["corrupt"].items():
             print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+    # During a run: the share done and an ETA per experiment (attnflow.progress).
+    from .progress import progress, render
+
+    print(render(*progress(sweep, cores=args.cores)))
     return 0
 
 
@@ -149,6 +153,7 @@ def main(argv=None) -> int:
     status.add_argument("--configfile", default="config/config.yaml")
     status.add_argument("--results", help="override the config's results directory")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--cores", type=int, help="cores the run uses, for its ETA (default: all here)")
     status.set_defaults(func=_status)
     schema = sub.add_parser("schema", help="the config's JSON schema (YAML), generated from Cell and the "
                                            "experiments")
