@@ -86,3 +86,11 @@ def test_open_cells_of_a_run_not_done(tiny_run, tmp_path):
     fresh = write_config(tmp_path)
     with pytest.raises(NotBuiltError, match=r"4 of 4 cells have no store yet .*snakemake --configfile"):
         attnflow.open_cells("beta_star", configfile=fresh)
+
+
+def test_open_summary_warns_when_the_config_changed_since(tiny_run, tmp_path):
+    _, _, results = tiny_run
+    edited = write_config(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"]})
+    with pytest.warns(UserWarning, match="built from another grid"):
+        summary = attnflow.open_summary("energy", configfile=edited, results=results)
+    assert set(summary.geometry.values) == {"sphere", "flat"}  # what is on disk, with the warning
