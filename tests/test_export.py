@@ -106,7 +106,8 @@ def test_declared_exports():
     from attnflow.experiments import Experiment
 
     declared = {e.name for e in registry() if type(e).export_table is not Experiment.export_table}
-    assert {"beta_star", "superadditivity", "clustering_time", "clustering_probability"} <= declared
+    assert {"beta_star", "superadditivity", "clustering_time", "clustering_probability",
+            "trained_heads"} <= declared
 
 
 def test_helpers():
@@ -118,3 +119,28 @@ def test_helpers():
     x = np.arange(6.0)
     slope, lo, hi = slope_interval(x, 2 * x + 1 + 0.01 * np.sin(7 * x))
     assert lo < slope < hi and slope == pytest.approx(2.0, abs=0.01)
+
+
+def test_trained_heads_table_from_a_synthetic_summary():
+    """trained_heads needs the MiniLM weights to run; its table is checked on a summary of known numbers."""
+    beta = [1.0, 4.0, 16.0]
+    # mono_path per (seed, layer, heads, beta): seed s of layer 0 fails from beta index s + 1 on.
+    mono = np.ones((3, 2, 2, 3))
+    mono[0, 0, 0, 1:] = 0
+    mono[1, 0, 0, 2:] = 0
+    mono[2, 0, 0, 2:] = 0
+    summary = xr.Dataset(
+        {"mono_path": (("seed", "layer", "heads", "beta"), mono),
+         "beta_mono_below_grid": (("layer", "heads"), np.zeros((2, 2))),
+         "beta_mono_above_grid": (("layer", "heads"), np.array([[0.0, 1.0], [1.0, 1.0]])),
+         "principal_angle": (("layer", "angle"), [[60.0, 80.0, 85.0], [70.0, 75.0, 89.0]]),
+         "cross_norm": (("layer", "pair"), [[0.1, 0.3], [0.2, 0.05]])},
+        coords={"seed": [0, 1, 2], "layer": [0, 5], "heads": ["trained", "trained_orthogonal"], "beta": beta})
+    df = registry().get("trained_heads").export_table(summary)
+    assert len(df) == 4 and list(df.columns[:2]) == ["layer", "heads"]
+    row = df[(df.layer == 0) & (df.heads == "trained")].iloc[0]
+    seeds = [np.sqrt(1 * 4), np.sqrt(4 * 16), np.sqrt(4 * 16)]
+    assert row.beta_mono == pytest.approx(np.mean(seeds))
+    assert row.beta_mono_low < row.beta_mono < row.beta_mono_high
+    assert np.isnan(row.beta_mono_orthogonal)  # the idealisation never fails on this grid
+    assert row.principal_angle_median == 80.0 and row.cross_norm_max == 0.3
