@@ -10,7 +10,7 @@ except PackageNotFoundError:  # running from a source tree without installation
 from . import theory  # noqa: E402
 from .cell import Cell  # noqa: E402
 
-__all__ = ["Cell", "SimulationError", "simulate", "theory", "__version__"]
+__all__ = ["Cell", "SimulationError", "open_cells", "open_summary", "simulate", "theory", "__version__"]
 
 
 def __getattr__(name):
@@ -20,4 +20,9 @@ def __getattr__(name):
         from . import simulation
 
         return getattr(simulation, name)
+    # One-line access to a finished sweep (attnflow.access): xarray and zarr load on first use.
+    if name in ("open_summary", "open_cells"):
+        from . import access
+
+        return getattr(access, name)
     raise AttributeError(f"module 'attnflow' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""``attnflow`` command line: the state of a sweep, the config schema, the generated docs."""
+"""``attnflow`` command line: a sweep's state and plan, the config schema, the generated docs, exports."""
 
 from __future__ import annotations
 
@@ -56,6 +56,10 @@ def _status(args) -> int:
             print(f"failed {name}/{cid}: {error}")
         for cid, detail in states["corrupt"].items():
             print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+    # During a run: the share done and an ETA per experiment (attnflow.progress).
+    from .progress import progress, render
+
+    print(render(*progress(sweep, cores=args.cores)))
     return 0
 
 
@@ -98,6 +102,50 @@ def _refine(args) -> int:
     return 0
 
 
+def _export(args) -> int:
+    from .access import NotBuiltError
+    from .experiments import ConfigError, NoExport
+    from .export import export, write_csv, write_json
+    from .store import CorruptStore
+
+    try:
+        df = export(args.experiment, args.configfile, args.results)
+    except (ConfigError, NotBuiltError, NoExport, CorruptStore) as err:
+        print(f"attnflow export: {err}", file=sys.stderr)
+        return 2
+    if args.csv:
+        write_csv(df, args.csv)
+    if args.json:
+        write_json(df, args.json)
+    if not (args.csv or args.json):
+        df.to_csv(sys.stdout, index=False, float_format="%.10g")
+    for path in filter(None, (args.csv, args.json)):
+        print(f"{args.experiment}: {len(df)} rows -> {path}", file=sys.stderr)
+    return 0
+
+
+def _plan(args) -> int:
+    import os
+
+    from .access import load_sweep
+    from .experiments import ConfigError
+    from .plan import SIMULATE_THREADS, plan, profile_settings, render, to_json
+
+    try:
+        settings = profile_settings(args.profile)
+        sweep = load_sweep(args.configfile, args.results)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"attnflow plan: {err}", file=sys.stderr)
+        return 2
+    for name, why in sweep.skipped.items():
+        print(f"attnflow plan: skipping experiment {name}: {why}", file=sys.stderr)
+    cores = args.cores or settings.get("cores") or os.cpu_count() or 1
+    result = plan(sweep, cores, settings.get("threads", SIMULATE_THREADS),
+                  cluster_jobs=None if args.cores else settings.get("cluster_jobs"))
+    print(to_json(result) if args.json else render(result))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attnflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -105,6 +153,7 @@ def main(argv=None) -> int:
     status.add_argument("--configfile", default="config/config.yaml")
     status.add_argument("--results", help="override the config's results directory")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--cores", type=int, help="cores the run uses, for its ETA (default: all here)")
     status.set_defaults(func=_status)
     schema = sub.add_parser("schema", help="the config's JSON schema (YAML), generated from Cell and the "
                                            "experiments")
@@ -121,6 +170,25 @@ def main(argv=None) -> int:
     refine.epilog = ("Arguments after -- go to snakemake (default --cores all), e.g. "
                      "attnflow refine beta_star --rounds 3 -- --profile profiles/slurm")
     refine.set_defaults(func=_refine)
+    plan = sub.add_parser("plan", help="before a run: cells (new, done, failed, stale), jobs, core-hours, "
+                                       "wall time and the largest job's memory, from the SLURM cost model")
+    plan.add_argument("--configfile", default="config/config.yaml")
+    plan.add_argument("--profile", help="a Snakemake profile (directory): its cores, jobs and threads")
+    plan.add_argument("--cores", type=int, help="cores to run on (default: the profile's, else all here)")
+    plan.add_argument("--results", help="override the config's results directory")
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.set_defaults(func=_plan)
+    export = sub.add_parser("export", help="an experiment's measured thresholds, boundaries and fitted "
+                                           "exponents with their intervals and closed forms, one row per "
+                                           "grid line (CSV or JSON)")
+    export.add_argument("experiment")
+    export.add_argument("--configfile", default="config/config.yaml")
+    export.add_argument("--results", help="override the config's results directory")
+    export.add_argument("--csv", metavar="FILE", help="write the table as CSV")
+    export.add_argument("--json", metavar="FILE", help="write the table, its column descriptions and "
+                                                       "provenance as JSON")
+    export.epilog = "Without --csv or --json the CSV goes to stdout."
+    export.set_defaults(func=_export)
     # Split at "--" before parsing, so that options may come in any order before it and
     # snakemake's own options after it are never read as attnflow's.
     argv = list(sys.argv[1:] if argv is None else argv)

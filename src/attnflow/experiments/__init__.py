@@ -30,6 +30,10 @@ class ConfigError(ValueError):
     """A sweep config that cannot run; the message names the key and value."""
 
 
+class NoExport(NotImplementedError):
+    """An experiment that declares no export table (no threshold, boundary or fitted exponent)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Axis:
     """A cell field the figure is drawn over (from the grid, or one value from ``fixed``)."""
@@ -210,6 +214,19 @@ class Experiment:
                         points.append(point)
         return points
 
+    # --- export --------------------------------------------------------------------------------
+    def export_table(self, summary: xr.Dataset):
+        """The experiment's results for a paper: one row per grid line (a ``pandas.DataFrame``).
+
+        Each row holds the measured threshold, boundary or fitted exponent of one
+        line of the grid with its interval, and the closed form at the same point;
+        ``attnflow.export`` has the helpers. There is no default: an experiment
+        that does not override this has nothing of that kind to tabulate, and
+        ``attnflow export`` says so rather than dumping its summary.
+        """
+        raise NoExport(f"experiment {self.name} declares no export (it measures no threshold, boundary or "
+                       f"exponent); its summary is attnflow.open_summary({self.name!r}, configfile=...)")
+
     # --- figure --------------------------------------------------------------------------------
     def plot(self, summary: xr.Dataset, spec: Spec):
         """The figure (a matplotlib Figure) from the summary and the spec it was built from."""
@@ -258,4 +275,4 @@ def registry(extra_modules: Iterable[str] = ()) -> Registry[Experiment]:
     return Registry("experiment", _module_experiments([*builtin_modules(), *extra_modules]))
 
 
-__all__ = ["Axis", "ConfigError", "Experiment", "Spec", "builtin_modules", "registry"]
+__all__ = ["Axis", "ConfigError", "Experiment", "NoExport", "Spec", "builtin_modules", "registry"]

@@ -88,6 +88,35 @@ class TrainedHeads(Experiment):
         out.attrs["weights_sha256"] = trained.digest(weights)
         return out
 
+    def export_table(self, summary):
+        """Per (layer, heads): the measured threshold in beta of per-head monotonicity (mean and 95%
+        interval over seeds, as beta_star), next to the same layer's orthogonal idealisation (the
+        configuration the closed form idealises) and the layer's measured head geometry."""
+        from ..export import table
+        from ._common import t_interval
+
+        per_seed, _, _ = grid_threshold((1 - summary.mono_path).where(summary.mono_path.notnull()),
+                                        summary.beta)
+        mean, half = xr.apply_ufunc(t_interval, per_seed, input_core_dims=[["seed"]],
+                                    output_core_dims=[[], []], vectorize=True)
+        columns = {
+            "beta_mono": (mean, "measured threshold in beta above which some head's energy falls before "
+                                "clustering: mean over seeds of each seed's bracket midpoint"),
+            "beta_mono_low": (mean - half, "95% Student-t interval over seeds, lower end"),
+            "beta_mono_high": (mean + half, "95% Student-t interval over seeds, upper end"),
+            "beta_mono_below_grid": (summary.beta_mono_below_grid, "fraction of seeds failing at the "
+                                                                   "smallest beta"),
+            "beta_mono_above_grid": (summary.beta_mono_above_grid, "fraction of seeds never failing"),
+        }
+        if "trained_orthogonal" in summary.heads.values:
+            columns["beta_mono_orthogonal"] = (mean.sel(heads="trained_orthogonal", drop=True),
+                                               "the same layer's exactly orthogonal heads of equal strength")
+        columns["principal_angle_median"] = (summary.principal_angle.median("angle"),
+                                             "median principal angle between the layer's heads (degrees)")
+        columns["cross_norm_max"] = (summary.cross_norm.max("pair"),
+                                     "largest normalised overlap ||M_h' M_h|| / (||M_h'|| ||M_h||)")
+        return table(summary, ["layer", "heads"], columns)
+
     def plot(self, summary, spec):
         ds = self.with_axes(summary, spec)
         layers = [int(v) for v in ds.layer.values]

@@ -1,0 +1,172 @@
+"""One-line access to a finished sweep: an experiment's summary, or its simulation stores.
+
+Stores are named by a hash of their cell and summaries live under the config's
+results directory, so opening one by hand needs ``sweep.store_path`` and
+``store.open_verified``. Here the config is the only address: the experiment
+is named, the grid values are given as keywords, and every store is verified
+against its completion record before it is read. Errors name what is wrong and
+what to run: an experiment the config does not run, a summary not built yet, a
+grid value that is not on the grid, a cell not simulated yet.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from .experiments import ConfigError
+from .store import open_verified
+
+DEFAULT_CONFIG = "config/config.yaml"
+
+
+class NotBuiltError(FileNotFoundError):
+    """A summary or store the workflow has not written yet; the message says which command writes it."""
+
+
+class NotOnGrid(KeyError):
+    """A coordinate that is no grid axis of the experiment, or a value not on its axis (named)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def load_sweep(configfile: str | Path = DEFAULT_CONFIG, results: str | Path | None = None):
+    """The validated sweep of a config file (``results`` overrides its results directory)."""
+    from .config import load, validate
+
+    config = load(configfile)
+    if results is not None:
+        config["results"] = str(results)
+    return validate(config, reach_scheduler=False)
+
+
+def _check_experiment(sweep, experiment: str, configfile) -> None:
+    if experiment in sweep.specs:
+        return
+    if experiment in sweep.skipped:
+        raise ConfigError(f"experiments.{experiment}: cannot run here ({sweep.skipped[experiment]})")
+    known = ", ".join(sweep.specs)
+    if experiment in sweep.experiments:
+        raise ConfigError(f"experiments.{experiment}: not in {configfile} (it runs: {known})")
+    raise ConfigError(f"experiment {experiment!r}: unknown (this config runs: {known}; every experiment: "
+                      f"{', '.join(sweep.experiments.names())})")
+
+
+def build_command(configfile, target: str | Path) -> str:
+    """The command that writes ``target`` (a summary or figure) for this config."""
+    return f"snakemake --configfile {configfile} {target}"
+
+
+def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
+                 results: str | Path | None = None, load: bool = True) -> xr.Dataset:
+    """An experiment's summary: its quantities over the grid, closed forms on the same grid.
+
+    The store is verified against its completion record first (``CorruptStore``
+    naming the variable or chunk that differs). ``load=False`` returns it lazily
+    (dask). A summary built from another grid than the config's warns: the
+    workflow rebuilds it at its next run.
+    """
+    sweep = load_sweep(configfile, results)
+    _check_experiment(sweep, experiment, configfile)
+    path = sweep.results / "summaries" / f"{experiment}.zarr"
+    if not path.exists():
+        raise NotBuiltError(f"{experiment}: no summary at {path} yet; build it with "
+                            f"`{build_command(configfile, path)}` (or `snakemake --configfile {configfile}` "
+                            "for every experiment)")
+    ds = open_verified(path)
+    built_from = ds.attrs.get("experiment_spec")
+    if built_from is not None and built_from != sweep.specs[experiment].to_json():
+        warnings.warn(f"{path} was built from another grid than {configfile} holds now; "
+                      f"`{build_command(configfile, path)}` rebuilds it", stacklevel=2)
+    if load:
+        with ds:
+            ds = ds.load()
+    return ds
+
+
+def _as_list(value) -> list:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        return [value]
+    return list(value)
+
+
+def _same(a, b) -> bool:
+    """Grid values equal as a config means them: 1 and 1.0 alike, numpy scalars as plain ones."""
+    a, b = _plain(a), _plain(b)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
+        return float(a) == float(b)
+    return a == b
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def select_points(sweep, experiment: str, coords: dict):
+    """The experiment's grid points matching ``coords`` (axis -> value or list of values).
+
+    A key that is no grid axis must be one of the experiment's fixed fields at its
+    value; a value not on the grid is ``NotOnGrid`` (a ``KeyError``) naming the axis, the value and
+    the grid's values.
+    """
+    spec = sweep.specs[experiment]
+    wanted = {}
+    for axis, value in coords.items():
+        values = _as_list(value)
+        if axis not in spec.grid:
+            if axis in spec.fixed and all(_same(v, spec.fixed[axis]) for v in values):
+                continue  # a fixed field at its value selects everything
+            where = f"fixed at {spec.fixed[axis]!r}" if axis in spec.fixed else "not a cell field"
+            raise NotOnGrid(f"{experiment}: {axis} = {value!r} is not on the grid ({axis} is {where}; grid "
+                           f"axes: {', '.join(spec.grid) or 'none'})")
+        on_grid = spec.values(axis)
+        absent = [v for v in values if not any(_same(v, g) for g in on_grid)]
+        if absent:
+            raise NotOnGrid(f"{experiment}: {axis} = {absent[0]!r} is not on the grid ({axis}: {on_grid})")
+        wanted[axis] = values
+    return [p for p in sweep.points[experiment]
+            if all(any(_same(p.coords[a], v) for v in vs) for a, vs in wanted.items())]
+
+
+def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, results: str | Path | None = None,
+               **coords) -> xr.Dataset:
+    """The simulation stores of an experiment's grid points matching ``coords``, combined over its grid axes.
+
+    ``open_cells("beta_star", "config/config.yaml", n=8, beta=[0.5, 1.0])``: keywords
+    are grid axes, each a value or a list of values (none: every point). The result
+    has one dimension per grid axis (outer join: a coordinate combination the grid
+    lacks is NaN) on top of each store's own (seed, time, head, token); it is lazy
+    (dask). Each store is verified first; a store not written yet is ``NotBuiltError``
+    naming its grid point and the command that writes it.
+    """
+    from .sweep import store_path
+
+    sweep = load_sweep(configfile, results)
+    _check_experiment(sweep, experiment, configfile)
+    points = select_points(sweep, experiment, coords)
+    axes = list(sweep.specs[experiment].grid)
+    missing = [p.coords for p in points if not store_path(sweep.stores, p.cell).exists()]
+    if missing:
+        summary = sweep.results / "summaries" / f"{experiment}.zarr"
+        raise NotBuiltError(f"{experiment}: {len(missing)} of {len(points)} cells have no store yet "
+                            f"(first: {missing[0]}); `{build_command(configfile, summary)}` simulates them")
+    pieces = []
+    for point in points:
+        ds = open_verified(store_path(sweep.stores, point.cell))
+        pieces.append(ds.expand_dims("cell").assign_coords(
+            {a: ("cell", [_plain(point.coords[a])]) for a in axes}))
+    if not axes:
+        return pieces[0].isel(cell=0, drop=True)
+    out = xr.concat(pieces, dim="cell", join="outer", coords="minimal", compat="override",
+                    combine_attrs="drop_conflicts")
+    if len(axes) == 1:
+        return out.swap_dims(cell=axes[0])
+    return out.set_index(cell=axes).unstack("cell")
+
+
+__all__ = ["NotBuiltError", "NotOnGrid", "load_sweep", "open_cells", "open_summary", "select_points"]

@@ -1,0 +1,237 @@
+"""``attnflow plan``: what a sweep will cost before it is submitted.
+
+Per experiment and in total: its cells by state (new, done, failed, stale),
+its simulation jobs and how many of them will run, core-hours and wall time on
+the given cores, and the largest job's memory. The numbers come from the cost
+model the simulate rule asks SLURM with (``attnflow.resources``), read two ways:
+
+- *requested*: what the rule asks for (``runtime_minutes`` and ``memory_mb``,
+  attempt 1): the model times ``resources.SAFETY`` plus a start-up allowance
+  that covers compiling the engine on a fresh node. This is what a cluster
+  charges against an allocation.
+- *expected*: the model without its margins: ``resources.cell_seconds`` of the
+  cells still to compute (no ``SAFETY``, no start-up allowance), divided by
+  ``MODEL_OVER_MEASURED`` (the model's step count is an upper estimate by
+  design), plus a job's measured start-up, and the engine's compilation once
+  where numba's cache is empty. This is what the run should take;
+  ``tests/test_plan.py`` checks it against the benchmarks of a measured run.
+
+Aggregation and plotting (local jobs) are costed at their measured times on the
+tiny config, per experiment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import json
+import os
+from pathlib import Path
+
+from . import resources
+from .store import verify
+from .sweep import Sweep, cell_id, failure_path, store_path
+from .workflow import manifest
+
+# Measured on the tiny config's jobs (2 cores, kernels cached): a simulate job whose
+# cells take milliseconds runs 1.6-1.9 s (interpreter, imports, cached kernels loaded,
+# stores encoded and written, manifest).
+JOB_START_SECONDS = 2.0
+# resources.steps is an upper estimate (6x the measured steps at the median cell, at least
+# 1.2x everywhere) and FLOPS_PER_SECOND a floor: over config/paper.yaml the model's compute
+# (resources.cell_seconds) is 8750 s against 757 s measured (README, bench_workflow), 11.6x.
+# Divided by 10 the expected time stays slightly on the high side.
+MODEL_OVER_MEASURED = 10.0
+# Compiling the engine where numba's cache is empty (resources.STARTUP_SECONDS
+# allows for it in every request): measured 30-45 s, once per node and cache.
+COMPILE_SECONDS = 40.0
+# Measured on the tiny config: aggregating an experiment 2-15 s, plotting it 2-15 s.
+LOCAL_SECONDS = {"aggregate": 8.0, "plot": 8.0}
+# The simulate rule's threads (workflow/rules/simulate.smk), unless a profile sets them.
+SIMULATE_THREADS = 2
+STATES = ("new", "done", "failed", "stale")
+
+
+def is_stale(sweep: Sweep, path: Path) -> bool:
+    """Hook: a complete store the next run recomputes anyway (say, one written by an older
+    numerics version). Nothing marks a store stale yet; when the workflow does, this reads the
+    same mark, and ``plan`` counts those cells as work."""
+    return False
+
+
+def cell_states(sweep: Sweep) -> dict[str, str]:
+    """Every cell id of the sweep -> new | done | failed | stale (the cheap check of every start)."""
+    states = {}
+    for cells in sweep.batches.values():
+        for cell in cells:
+            path = store_path(sweep.stores, cell)
+            if verify(path, checksums=False).ok:
+                states[cell_id(cell)] = "stale" if is_stale(sweep, path) else "done"
+            elif failure_path(sweep.stores, cell).exists():
+                states[cell_id(cell)] = "failed"
+            else:
+                states[cell_id(cell)] = "new"  # missing, interrupted or corrupt: computed by the next run
+    return states
+
+
+@dataclasses.dataclass
+class Job:
+    """One simulate job (a batch): what it asks for and what it should take."""
+
+    name: str
+    cells: int
+    to_compute: int
+    runs: bool  # the next run executes it (cells to compute, or no manifest)
+    expected_seconds: float  # start-up plus the cells it computes (the model without its margins)
+    requested_minutes: int  # resources.runtime_minutes, attempt 1
+    memory_mb: int  # resources.memory_mb, attempt 1
+
+
+def jobs(sweep: Sweep, states: dict[str, str] | None = None) -> dict[str, Job]:
+    states = cell_states(sweep) if states is None else states
+    out = {}
+    for name, cells in sweep.batches.items():
+        todo = [c for c in cells if states[cell_id(c)] != "done"]
+        runs = bool(todo) or not Path(manifest(sweep.results, name)).exists()
+        compute = sum(resources.cell_seconds(c) for c in todo) / MODEL_OVER_MEASURED
+        out[name] = Job(name, len(cells), len(todo), runs, JOB_START_SECONDS + compute,
+                        resources.runtime_minutes(cells), resources.memory_mb(cells))
+    return out
+
+
+def makespan(durations: list[float], slots: int) -> float:
+    """Wall time of independent jobs on ``slots`` parallel slots, longest first (as a scheduler
+    filling free cores would, to within 4/3 of the best order)."""
+    loads = [0.0] * max(1, slots)
+    for d in sorted(durations, reverse=True):
+        heapq.heapreplace(loads, loads[0] + d)
+    return max(loads)
+
+
+def engine_cached() -> bool:
+    """Whether numba's cache of the engine's kernels exists here (no compilation on the first job)."""
+    where = [Path(__file__).parent / "engine" / "__pycache__"]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        where.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return any(any(p.rglob("*.nbi")) for p in where if p.is_dir())
+
+
+@dataclasses.dataclass
+class Plan:
+    rows: dict[str, dict]  # experiment -> numbers; "total" last
+    cores: int
+    threads: int
+    slots: int
+    compile_seconds: float
+    notes: list[str]
+
+
+def _summarise(selected: list[Job], states: list[str], slots: int, threads: int, local_jobs: int,
+               cores: int, compile_seconds: float) -> dict:
+    running = [j for j in selected if j.runs]
+    expected = sum(j.expected_seconds for j in running) + (compile_seconds if running else 0.0)
+    local = local_jobs * sum(LOCAL_SECONDS.values())  # aggregate + plot of each experiment rebuilt
+    wall = makespan([j.expected_seconds for j in running], slots) + (compile_seconds if running else 0.0)
+    return {
+        "cells": len(states), **{s: states.count(s) for s in STATES},
+        "jobs": len(selected), "jobs_to_run": len(running),
+        "core_hours": threads * expected / 3600 + local / 3600,
+        "core_hours_requested": sum(threads * j.requested_minutes / 60 for j in running),
+        "wall_seconds": wall + local / max(1, cores),
+        "simulate_seconds": sum(j.expected_seconds for j in running) + (compile_seconds if running else 0.0),
+        "max_memory_mb": max((j.memory_mb for j in selected), default=0),
+        "max_runtime_minutes": max((j.requested_minutes for j in selected), default=0),
+        "rebuild": bool(local_jobs),
+    }
+
+
+def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: bool | None = None,
+         cluster_jobs: int | None = None) -> Plan:
+    """The cost of running ``sweep`` from its current state on ``cores`` cores (``threads`` per simulate
+    job; Snakemake runs ``cores // threads`` of them at a time, or ``cluster_jobs`` on a cluster, each
+    on cores of its own; queueing not counted). ``compile``: whether the engine must be compiled first
+    (default: numba's cache is not found here)."""
+    states = cell_states(sweep)
+    all_jobs = jobs(sweep, states)
+    slots = cluster_jobs or max(1, cores // threads)
+    compile_seconds = COMPILE_SECONDS if (not engine_cached() if compile is None else compile) else 0.0
+    rows = {}
+    for name in sweep.specs:
+        ids = list(dict.fromkeys(cell_id(p.cell) for p in sweep.points[name]))
+        summary = sweep.results / "summaries" / f"{name}.zarr"
+        selected = [all_jobs[b] for b in sweep.batches_of(name)]
+        rebuild = any(j.runs for j in selected) or not summary.exists()
+        rows[name] = _summarise(selected, [states[i] for i in ids], slots, threads, int(rebuild), cores,
+                                compile_seconds)
+        rows[name]["rebuild"] = rebuild
+    rebuilds = sum(1 for name in sweep.specs if rows[name]["rebuild"])
+    rows["total"] = _summarise(list(all_jobs.values()), list(states.values()), slots, threads, rebuilds,
+                               cores, compile_seconds)
+    notes = []
+    if compile_seconds:
+        notes.append(f"numba's cache of the engine is not found here: {COMPILE_SECONDS:.0f} s to compile it "
+                     "are counted once")
+    shared = len(sweep.batches) < sum(len(sweep.batches_of(n)) for n in sweep.specs)
+    if shared:
+        notes.append("experiments that share cells share their jobs: each row counts them, the total once")
+    return Plan(rows, cores, threads, slots, compile_seconds, notes)
+
+
+def profile_settings(profile: str | Path | None) -> dict:
+    """``cores``, ``jobs`` and the simulate rule's threads from a Snakemake profile directory (or its
+    config.yaml); empty without one."""
+    import yaml
+
+    if profile is None:
+        return {}
+    path = Path(profile)
+    path = path / "config.yaml" if path.is_dir() else path
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except OSError as err:
+        raise FileNotFoundError(f"--profile {profile}: cannot read {path} ({err.strerror})") from None
+    out = {}
+    threads = (config.get("set-threads") or {}).get("simulate")
+    if threads:
+        out["threads"] = int(threads)
+    cores = config.get("cores")
+    if isinstance(cores, int):
+        out["cores"] = cores
+    if config.get("executor") not in (None, "local") and config.get("jobs"):
+        out["cluster_jobs"] = int(config["jobs"])  # a cluster: each job on cores of its own
+    return out
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def render(result: Plan) -> str:
+    head = (f"{'experiment':24} {'cells':>6}" + "".join(f" {s:>6}" for s in STATES)
+            + f" {'jobs':>5} {'to run':>6} {'core-h':>8} {'requested':>10} {'wall':>8} {'max mem':>9}")
+    lines = [head]
+    for name, row in result.rows.items():
+        if name == "total":
+            lines.append("-" * len(head))
+        lines.append(f"{name:24} {row['cells']:6d}" + "".join(f" {row[s]:6d}" for s in STATES)
+                     + f" {row['jobs']:5d} {row['jobs_to_run']:6d} {row['core_hours']:8.3f}"
+                     f" {row['core_hours_requested']:10.2f} {_duration(row['wall_seconds']):>8}"
+                     f" {row['max_memory_mb']:6d} MB")
+    lines.append(f"wall: simulate jobs {result.slots} at a time ({result.threads} threads each), then "
+                 f"aggregation and plotting on {result.cores} local cores. core-h: expected (the cost model "
+                 "without its margins, scaled to measured runs); requested: what the simulate jobs ask "
+                 "SLURM for (attempt 1). max mem: the largest simulate job's request.")
+    lines.extend(f"note: {n}" for n in result.notes)
+    return "\n".join(lines)
+
+
+def to_json(result: Plan) -> str:
+    return json.dumps(dataclasses.asdict(result), indent=1)
+
+
+__all__ = ["COMPILE_SECONDS", "JOB_START_SECONDS", "MODEL_OVER_MEASURED", "Job", "Plan", "cell_states",
+           "engine_cached", "is_stale", "jobs", "makespan", "plan", "profile_settings", "render", "to_json"]

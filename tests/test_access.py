@@ -1,0 +1,96 @@
+"""One-line access on a finished tiny run: summaries and stores by experiment name and grid values."""
+
+import numpy as np
+import pytest
+import xarray as xr
+from sweep_helpers import write_config
+
+import attnflow
+from attnflow.access import NotBuiltError, NotOnGrid
+from attnflow.experiments import ConfigError
+from attnflow.store import RECORD, CorruptStore
+from attnflow.sweep import store_path
+
+pytestmark = pytest.mark.workflow
+
+
+def test_open_summary_is_the_verified_summary_with_closed_forms(tiny_run):
+    _, config, results = tiny_run
+    summary = attnflow.open_summary("beta_star", configfile=config)
+    on_disk = xr.open_zarr(results / "summaries" / "beta_star.zarr").load()
+    assert set(summary.data_vars) == set(on_disk.data_vars)
+    for var in ("beta_star_closed", "frac_mono_path", "beta_mono_mean"):
+        np.testing.assert_array_equal(summary[var].values, on_disk[var].values)
+    assert summary.attrs["experiment"] == "beta_star"
+    # closed forms are part of it, on the measurement's grid
+    closed = float(attnflow.theory.beta_star(2, 4))
+    assert float(summary.beta_star_closed.sel(H=2, n=4)) == pytest.approx(closed)
+
+
+def test_open_summary_errors_name_the_problem(tiny_run, tmp_path):
+    _, config, _ = tiny_run
+    with pytest.raises(ConfigError, match=r"'nope': unknown \(this config runs: .*beta_star"):
+        attnflow.open_summary("nope", configfile=config)
+    with pytest.raises(ConfigError, match="trained_heads: not in"):
+        attnflow.open_summary("trained_heads", configfile=config)
+    fresh = write_config(tmp_path)  # the same grids, results elsewhere: nothing built
+    with pytest.raises(NotBuiltError, match=r"no summary at .*energy\.zarr yet; build it with `snakemake"):
+        attnflow.open_summary("energy", configfile=fresh)
+
+
+def test_open_summary_verifies_the_store(tiny_run, tmp_path):
+    import shutil
+
+    _, config, results = tiny_run
+    copy = tmp_path / "results"
+    shutil.copytree(results / "summaries", copy / "summaries")
+    damaged = next(p for p in sorted((copy / "summaries" / "energy.zarr").rglob("*"))
+                   if p.is_file() and p.name != RECORD and not p.name.startswith("."))
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\0")
+    with pytest.raises(CorruptStore, match="energy.zarr"):
+        attnflow.open_summary("energy", configfile=config, results=copy)
+
+
+def test_open_cells_combines_the_stores_along_the_grid_axes(tiny_run):
+    _, config, _ = tiny_run
+    sweep = attnflow.access.load_sweep(config)
+    ds = attnflow.open_cells("superadditivity", configfile=config, beta=[1, 2.0], lambda_dist="linear")
+    assert ds.sizes["beta"] == 2 and ds.sizes["lambda_dist"] == 1 and ds.sizes["lambda_bar"] == 2
+    assert set(sweep.specs["superadditivity"].grid) <= set(ds.dims)
+    # each slice is the store of that grid point, number for number
+    for point in sweep.points["superadditivity"]:
+        if point.coords["lambda_dist"] != "linear":
+            continue
+        one = xr.open_zarr(store_path(sweep.stores, point.cell)).load()
+        got = ds.sel(point.coords)
+        np.testing.assert_array_equal(got.t_cluster.values, one.t_cluster.values)
+        np.testing.assert_array_equal(got.gamma_min.values, one.gamma_min.values)
+    # no coordinates: every grid point
+    everything = attnflow.open_cells("beta_star", configfile=config)
+    assert everything.sizes["n"] == 2 and everything.sizes["beta"] == 2
+
+
+def test_open_cells_names_values_not_on_the_grid(tiny_run):
+    _, config, _ = tiny_run
+    with pytest.raises(NotOnGrid, match=r"n = 5 is not on the grid \(n: \[4, 6\]\)"):
+        attnflow.open_cells("beta_star", configfile=config, n=5)
+    with pytest.raises(NotOnGrid, match="d is fixed at 4"):
+        attnflow.open_cells("beta_star", configfile=config, d=8)
+    with pytest.raises(NotOnGrid, match="foo is not a cell field"):
+        attnflow.open_cells("beta_star", configfile=config, foo=1)
+    # a fixed field at its own value selects everything
+    assert attnflow.open_cells("beta_star", configfile=config, d=4, n=4).sizes["n"] == 1
+
+
+def test_open_cells_of_a_run_not_done(tiny_run, tmp_path):
+    fresh = write_config(tmp_path)
+    with pytest.raises(NotBuiltError, match=r"4 of 4 cells have no store yet .*snakemake --configfile"):
+        attnflow.open_cells("beta_star", configfile=fresh)
+
+
+def test_open_summary_warns_when_the_config_changed_since(tiny_run, tmp_path):
+    _, _, results = tiny_run
+    edited = write_config(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"]})
+    with pytest.warns(UserWarning, match="built from another grid"):
+        summary = attnflow.open_summary("energy", configfile=edited, results=results)
+    assert set(summary.geometry.values) == {"sphere", "flat"}  # what is on disk, with the warning

@@ -1,0 +1,146 @@
+"""``attnflow export`` on a finished tiny run: one row per grid line, measured against closed form."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from attnflow import theory
+from attnflow.cli import main as attnflow_main
+from attnflow.experiments import NoExport, registry
+from attnflow.export import crossings, first_crossing, slope_interval
+
+pytestmark = pytest.mark.workflow
+
+
+def _summary(results, name):
+    return xr.open_zarr(results / "summaries" / f"{name}.zarr").load()
+
+
+def _export(tmp_path, config, name) -> tuple[pd.DataFrame, dict]:
+    csv, js = tmp_path / f"{name}.csv", tmp_path / f"{name}.json"
+    args = ["export", name, "--configfile", str(config), "--csv", str(csv), "--json", str(js)]
+    assert attnflow_main(args) == 0
+    return pd.read_csv(csv), json.loads(js.read_text())
+
+
+def test_beta_star_rows_are_grid_lines_with_the_closed_form(tiny_run, tmp_path):
+    _, config, results = tiny_run
+    df, doc = _export(tmp_path, config, "beta_star")
+    summary = _summary(results, "beta_star")
+    assert len(df) == np.prod([summary.sizes[a] for a in ("attention", "H", "heads", "n")])
+    assert doc["experiment"] == "beta_star" and doc["theorem"] == "Thm 19" and len(doc["rows"]) == len(df)
+    assert set(doc["columns"]) <= set(df.columns) and all(doc["columns"].values())
+    for _, row in df.iterrows():
+        line = {k: row[k] for k in ("attention", "H", "heads", "n")}
+        assert row.beta_star_closed == pytest.approx(float(theory.beta_star(row.H, row.n)), rel=1e-9)
+        mean, half = (float(summary[v].sel(line)) for v in ("beta_mono_mean", "beta_mono_ci"))
+        np.testing.assert_allclose([row.beta_mono, row.beta_mono_low, row.beta_mono_high],
+                                   [mean, mean - half, mean + half], rtol=1e-9)
+        assert row.beta_mono_above_grid == pytest.approx(float(summary.beta_mono_above_grid.sel(line)))
+
+
+def test_superadditivity_boundary_brackets_the_crossing(tiny_run, tmp_path):
+    _, config, results = tiny_run
+    df, doc = _export(tmp_path, config, "superadditivity")
+    summary = _summary(results, "superadditivity")
+    assert len(df) == summary.sizes["init"] * summary.sizes["spread"] * summary.sizes["beta"]
+    for _, row in df.iterrows():
+        ratio = summary.ratio.sel(init=row.init, spread=row.spread, beta=row.beta).sortby("lambda_bar")
+        assert row.lambda_c_closed == pytest.approx(float(theory.lambda_c(row.beta, 6)))
+        if np.isnan(row.lambda_cross):  # no crossing: the ratio keeps its side of 1 on the grid
+            assert (np.sign(np.log(ratio.values)) == np.sign(np.log(ratio.values[0]))).all()
+            continue
+        low, high = (float(np.log(ratio.sel(lambda_bar=v))) for v in (row.lambda_cross_low,
+                                                                        row.lambda_cross_high))
+        assert low * high <= 0 and row.lambda_cross_low < row.lambda_cross < row.lambda_cross_high
+    # on equiangular starts the particles' crossing is the closed form's (tiny: rtol 1e-10)
+    eq = df[df.init == "equiangular"]
+    np.testing.assert_allclose(eq.lambda_cross, eq.lambda_cross_closed)
+    assert eq.lambda_cross.notna().any()
+
+
+def test_clustering_probability_and_time(tiny_run, tmp_path):
+    _, config, results = tiny_run
+    df, _ = _export(tmp_path, config, "clustering_probability")
+    summary = _summary(results, "clustering_probability")
+    assert len(df) == summary.sizes["H"] * summary.sizes["beta"]
+    for _, row in df.iterrows():
+        sel = {"H": row.H, "beta": row.beta}
+        assert row.t_closed == pytest.approx(float(summary.t_closed.sel(sel)))
+        if np.isfinite(row.t_half):  # half the runs clustered within the band's bracket
+            assert row.t_half_low <= row.t_half <= np.nan_to_num(row.t_half_high, nan=np.inf)
+            p = summary.probability.sel(sel)  # a step in t: below 1/2 before the midpoint, not after
+            before, after = (float(p.sel(t=row.t_half, method=m)) for m in ("pad", "backfill"))
+            assert before < 0.5 <= after
+
+    df, doc = _export(tmp_path, config, "clustering_time")
+    summary = _summary(results, "clustering_time")
+    fits = df[df.fit == "log T ~ p log n (all n)"]
+    assert len(fits) == summary.sizes["attention"] * summary.sizes["d"] * summary.sizes["cluster_threshold"]
+    for _, row in fits.iterrows():  # the same fit as the summary's (and the figure's)
+        sel = {"attention": row.attention, "d": row.d, "cluster_threshold": row.cluster_threshold}
+        assert row.measured == pytest.approx(float(summary.exponent_n_all.sel(sel)), rel=1e-9)
+        assert row.bound == 1.0
+    slopes = df[df.fit == "T ~ s log d"]
+    for _, row in slopes.iterrows():
+        sel = {"attention": row.attention, "n": row.n, "cluster_threshold": row.cluster_threshold}
+        assert row.measured == pytest.approx(float(summary.log_d_slope.sel(sel)), rel=1e-9)
+    assert set(doc["columns"]) == set(df.columns)
+
+
+def test_experiments_without_a_table_say_so(tiny_run, capsys):
+    _, config, results = tiny_run
+    assert attnflow_main(["export", "energy", "--configfile", str(config)]) == 2
+    assert "experiment energy declares no export" in capsys.readouterr().err
+    with pytest.raises(NoExport, match="entropy declares no export"):
+        registry().get("entropy").export_table(_summary(results, "entropy"))
+    assert attnflow_main(["export", "nope", "--configfile", str(config)]) == 2
+    assert "unknown" in capsys.readouterr().err
+
+
+def test_declared_exports():
+    """The experiments with thresholds, boundaries or exponents each declare a table."""
+    from attnflow.experiments import Experiment
+
+    declared = {e.name for e in registry() if type(e).export_table is not Experiment.export_table}
+    assert {"beta_star", "superadditivity", "clustering_time", "clustering_probability",
+            "trained_heads"} <= declared
+
+
+def test_helpers():
+    assert first_crossing([0.1, 0.4, 0.7, 0.2], [1, 2, 4, 8], 0.5) == (pytest.approx(np.sqrt(8)), 2, 4)
+    assert all(np.isnan(first_crossing([0.1, 0.2], [1, 2], 0.5)))
+    field = xr.DataArray([[0.0, 1.0], [0.0, 0.2]], dims=("k", "x"), coords={"x": [1.0, 4.0]})
+    mid, low, high = crossings(field, "x", 0.5)
+    assert float(mid[0]) == pytest.approx(2.0) and np.isnan(float(mid[1]))
+    x = np.arange(6.0)
+    slope, lo, hi = slope_interval(x, 2 * x + 1 + 0.01 * np.sin(7 * x))
+    assert lo < slope < hi and slope == pytest.approx(2.0, abs=0.01)
+
+
+def test_trained_heads_table_from_a_synthetic_summary():
+    """trained_heads needs the MiniLM weights to run; its table is checked on a summary of known numbers."""
+    beta = [1.0, 4.0, 16.0]
+    # mono_path per (seed, layer, heads, beta): seed s of layer 0 fails from beta index s + 1 on.
+    mono = np.ones((3, 2, 2, 3))
+    mono[0, 0, 0, 1:] = 0
+    mono[1, 0, 0, 2:] = 0
+    mono[2, 0, 0, 2:] = 0
+    summary = xr.Dataset(
+        {"mono_path": (("seed", "layer", "heads", "beta"), mono),
+         "beta_mono_below_grid": (("layer", "heads"), np.zeros((2, 2))),
+         "beta_mono_above_grid": (("layer", "heads"), np.array([[0.0, 1.0], [1.0, 1.0]])),
+         "principal_angle": (("layer", "angle"), [[60.0, 80.0, 85.0], [70.0, 75.0, 89.0]]),
+         "cross_norm": (("layer", "pair"), [[0.1, 0.3], [0.2, 0.05]])},
+        coords={"seed": [0, 1, 2], "layer": [0, 5], "heads": ["trained", "trained_orthogonal"], "beta": beta})
+    df = registry().get("trained_heads").export_table(summary)
+    assert len(df) == 4 and list(df.columns[:2]) == ["layer", "heads"]
+    row = df[(df.layer == 0) & (df.heads == "trained")].iloc[0]
+    seeds = [np.sqrt(1 * 4), np.sqrt(4 * 16), np.sqrt(4 * 16)]
+    assert row.beta_mono == pytest.approx(np.mean(seeds))
+    assert row.beta_mono_low < row.beta_mono < row.beta_mono_high
+    assert np.isnan(row.beta_mono_orthogonal)  # the idealisation never fails on this grid
+    assert row.principal_angle_median == 80.0 and row.cross_norm_max == 0.3

@@ -1,0 +1,105 @@
+"""``attnflow plan``: cells by state, jobs, core-hours, wall time, memory; checked against a measured run."""
+
+import csv
+import json
+import shutil
+
+import pytest
+from sweep_helpers import ROOT
+
+from attnflow import resources
+from attnflow.access import load_sweep
+from attnflow.cli import main as attnflow_main
+from attnflow.plan import COMPILE_SECONDS, jobs, makespan, plan
+from attnflow.sweep import cell_id, failure_path, store_path
+
+pytestmark = pytest.mark.workflow
+
+
+def _measured_simulate_seconds(results) -> dict[str, float]:
+    """Wall seconds of each simulate job, from the benchmark file Snakemake writes for it."""
+    out = {}
+    for path in sorted((results / "benchmarks" / "simulate").glob("*.tsv")):
+        with path.open() as fh:
+            out[path.stem] = float(next(csv.DictReader(fh, delimiter="\t"))["s"])
+    return out
+
+
+def test_a_finished_run_has_nothing_left(tiny_run):
+    _, config, _ = tiny_run
+    sweep = load_sweep(config)
+    result = plan(sweep, cores=2)
+    total = result.rows["total"]
+    assert total["cells"] == total["done"] == len({cell_id(c) for cs in sweep.batches.values() for c in cs})
+    assert total["new"] == total["failed"] == total["stale"] == 0
+    assert total["jobs"] == len(sweep.batches) and total["jobs_to_run"] == 0
+    assert total["core_hours"] == 0 and total["wall_seconds"] == 0
+    for name in sweep.specs:
+        assert result.rows[name]["cells"] == len({cell_id(p.cell) for p in sweep.points[name]})
+
+
+def test_the_estimate_is_within_2x_of_the_measured_run(tiny_run, tmp_path):
+    """The plan of the same config from scratch against the benchmarks of the tiny run.
+
+    The comparison is on the *expected* time (the cost model without its SAFETY factor
+    and start-up allowance, which the SLURM requests carry by design). Whether the run
+    had to compile the engine depends on numba's cache when it ran, so the measured
+    time must lie within 2x of the estimate without compilation and of the estimate
+    with it.
+    """
+    _, config, results = tiny_run
+    measured = _measured_simulate_seconds(results)
+    sweep = load_sweep(config, results=tmp_path / "fresh")
+    assert set(measured) == set(sweep.batches)
+    warm = plan(sweep, cores=2, compile=False)
+    cold = plan(sweep, cores=2, compile=True)
+    low, high = warm.rows["total"]["simulate_seconds"], cold.rows["total"]["simulate_seconds"]
+    assert high == pytest.approx(low + COMPILE_SECONDS)
+    total = sum(measured.values())
+    assert low / 2 <= total <= 2 * high, (total, low, high)
+    for name, job in jobs(sweep).items():
+        expected = job.expected_seconds
+        assert expected / 2 <= measured[name] <= 2 * (expected + COMPILE_SECONDS), (name, measured[name])
+
+
+def test_requests_are_the_slurm_cost_model(tiny_run, tmp_path):
+    _, config, _ = tiny_run
+    sweep = load_sweep(config, results=tmp_path / "fresh")
+    total = plan(sweep, cores=4, threads=2).rows["total"]
+    assert total["max_memory_mb"] == max(resources.memory_mb(c) for c in sweep.batches.values())
+    assert total["core_hours_requested"] == pytest.approx(
+        sum(2 * resources.runtime_minutes(c) / 60 for c in sweep.batches.values()))
+    assert total["new"] == total["cells"] and total["jobs_to_run"] == total["jobs"]
+
+
+def test_done_failed_and_new_cells(tiny_run, tmp_path):
+    _, config, results = tiny_run
+    sweep = load_sweep(config, results=tmp_path / "partial")
+    cells = sweep.batches[next(iter(sweep.batches))]
+    sweep.stores.mkdir(parents=True)
+    shutil.copytree(store_path(results / "simulations", cells[0]), store_path(sweep.stores, cells[0]))
+    failure_path(sweep.stores, cells[1]).write_text(json.dumps({"error": "diverged"}))
+    total = plan(sweep, cores=2).rows["total"]
+    assert (total["done"], total["failed"], total["new"]) == (1, 1, total["cells"] - 2)
+    assert total["jobs_to_run"] == total["jobs"]  # the batch with a done cell still has one to compute
+
+
+def test_cli(tiny_run, tmp_path, capsys):
+    _, config, _ = tiny_run
+    assert attnflow_main(["plan", "--configfile", str(config), "--cores", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "total" in out and "core-h" in out and "max mem" in out
+    assert attnflow_main(["plan", "--configfile", str(config), "--results", str(tmp_path / "x"), "--json",
+                          "--profile", str(ROOT / "profiles" / "slurm")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["slots"] == 200 and doc["threads"] == 2  # the profile's jobs and set-threads
+    assert doc["rows"]["total"]["jobs_to_run"] == doc["rows"]["total"]["jobs"]
+    assert attnflow_main(["plan", "--configfile", str(config), "--profile", str(tmp_path / "none")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_makespan():
+    assert makespan([3, 3, 2, 2], 2) == 5
+    assert makespan([3, 3, 2, 2, 2], 2) == 7  # longest first; the best order gives 6
+    assert makespan([5, 1], 4) == 5
+    assert makespan([], 2) == 0
