@@ -24,6 +24,7 @@ from .tokens import INITS
 
 GEOMETRIES = {"sphere": "tokens on the unit sphere: dx_i/dt = P_{x_i}(v_i)",
               "flat": "flat space: dx_i/dt = v_i (only to contrast with the sphere)"}
+_SPHERICAL = {"sphere": True, "flat": False}  # one entry per geometry, no default
 CLUSTER_METRICS = {"epsilon": "epsilon = 1 - gamma_min <= cluster_threshold (every pair within)",
                    "gamma_mean": "mean pairwise cosine gamma_mean >= cluster_threshold"}
 
@@ -151,6 +152,11 @@ class Cell:
             object.__setattr__(self, name, _DEFAULTS[name])
         if not self.is_random:
             object.__setattr__(self, "seeds", self.seeds[:1])
+
+    @property
+    def spherical(self) -> bool:
+        """Whether the flow is projected onto the sphere (``geometry``)."""
+        return _SPHERICAL[self.geometry]
 
     @property
     def heads_per_seed(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .attention import AttentionType, Energy, Entropy
 from .registry import Registry
 
 
@@ -21,8 +22,17 @@ class Variable:
     name: str
     dims: tuple[str, ...]  # after ("seed", "time")
     units: str
-    description: str
+    description: str | dict  # or, where the attention type's energy or entropy decides, one per rule
     dtype: str = "float64"
+
+    def describe(self, attention: AttentionType) -> str:
+        """The description, for stores of ``attention`` (its declared energy or entropy rule)."""
+        if isinstance(self.description, str):
+            return self.description
+        rule = attention.energy if isinstance(next(iter(self.description)), Energy) else attention.entropy
+        if rule not in self.description:
+            raise NotImplementedError(f"observable {self.name!r} has no description for {rule!r}")
+        return self.description[rule]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +59,14 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
         Variable("gamma_mean_rate", (), "1/time", "exact d gamma_mean / dt from the velocities"),
     ), True, False, "kinetic term and the exact rate of the mean cosine"),
     ObservableGroup("energy", (
-        Variable("energy", ("head",), "1", "per-head energy E_h = sum_ij exp(beta s^h_ij) / (2 beta n^2)"),
-        Variable("energy_rate", ("head",), "1/time", "exact dE_h/dt = (1/n^2) sum_i <dx_i/dt, g^h_i>"),
+        Variable("energy", ("head",), "1", {
+            Energy.EXP: "per-head energy E_h = sum_ij exp(beta s^h_ij) / (2 beta n^2)",
+            Energy.SOFTPLUS: "per-head energy E_h = sum_ij softplus(beta s^h_ij - log n) / (2 beta n)"}),
+        Variable("energy_rate", ("head",), "1/time", {
+            Energy.EXP: "exact dE_h/dt = (1/n^2) sum_i <dx_i/dt, g^h_i>, "
+                        "g^h_i = sum_j exp(beta s^h_ij) M_h x_j",
+            Energy.SOFTPLUS: "exact dE_h/dt = (1/n) sum_i <dx_i/dt, g^h_i>, "
+                             "g^h_i = sum_j sigma(beta s^h_ij - log n) M_h x_j"}),
     ), True, True, "per-head energies and their exact rates (Thm 11, 16-17, 39)"),
     ObservableGroup("radial", (
         Variable("radial_shadow", ("head", "token"), "1", "a^h_i = <f^h_i, x_i>"),
@@ -61,9 +77,13 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
                  "sufficient margin T^h_i - (H-1) |a^h_i| max_{h'!=h} ||f^h'_i|| (Thm 19)"),
     ), True, False, "radial shadows and Radial Dominance margins (Thm 16-19)"),
     ObservableGroup("entropy", (
-        Variable("entropy", ("head", "token"), "nat", "attention entropy of softmax_j(beta s^h_ij)"),
-        Variable("entropy_rate", ("head", "token"), "nat/time",
-                 "Thm 27: -beta^2 Cov_p(s_ij, ds_ij/dt), exact"),
+        Variable("entropy", ("head", "token"), "nat", {
+            Entropy.SOFTMAX: "attention entropy of softmax_j(beta s^h_ij) (over j <= i under a causal mask)",
+            Entropy.SIGMOID: "entropy of the row-normalised weights sigma(beta s^h_ij - log n) (over j <= i "
+                             "under a causal mask)"}),
+        Variable("entropy_rate", ("head", "token"), "nat/time", {
+            Entropy.SOFTMAX: "Thm 27: -beta^2 Cov_p(s_ij, ds_ij/dt), exact",
+            Entropy.SIGMOID: "-Cov_p(l_j, dl_j/dt), l_j = log sigma(beta s_ij - log n), exact"}),
     ), True, True, "attention entropy and its exact rate (Thm 27)"),
     ObservableGroup("positions", (
         Variable("x", ("token", "dim"), "1", "token positions"),

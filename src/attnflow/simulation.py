@@ -6,6 +6,7 @@ import numpy as np
 import xarray as xr
 
 from . import __version__
+from .attention import ATTENTIONS
 from .cell import MAX_EXPONENT, Cell
 from .engine import IntegrationError, solve
 from .heads import build_heads
@@ -59,7 +60,7 @@ def simulate(
     if not isinstance(cell, Cell):
         raise TypeError(f"simulate expects a Cell, got {type(cell).__name__}")
     n_seeds, n, d, H = cell.n_seeds, cell.n, cell.d, cell.H
-    spherical = cell.geometry == "sphere"
+    spherical = cell.spherical
 
     values = None
     if score_matrices is None:
@@ -103,9 +104,10 @@ def simulate(
     _check_finite(cell, obs, measured, result.norm_drift if spherical else None)
 
     data_vars = {}
+    attention = ATTENTIONS.get(cell.attention)
     for var in variables(cell.observables):
         data_vars[var.name] = (("seed", "time") + var.dims, obs[var.name],
-                               {"units": var.units, "description": var.description})
+                               {"units": var.units, "description": var.describe(attention)})
     criterion = f"{cell.cluster_metric} {'<=' if cell.cluster_metric == 'epsilon' else '>='} " \
                 f"{cell.cluster_threshold:g}"
     data_vars["t_cluster"] = ("seed", result.t_cluster, {
@@ -221,7 +223,7 @@ def _check_x0(cell, x0):
         raise ValueError(f"x0: shape {x0.shape}, expected (n, d) = {(cell.n, cell.d)} "
                          f"or (seeds, n, d) = {(cell.n_seeds, cell.n, cell.d)}")
     x0 = np.array(x0)
-    if cell.geometry == "sphere":
+    if cell.spherical:
         off = np.max(np.abs(np.linalg.norm(x0, axis=-1) - 1.0))
         if off > _SPHERE_TOLERANCE:
             raise ValueError(f"x0: tokens are not on the unit sphere (max | ||x_i|| - 1 | = {off:.3g})")

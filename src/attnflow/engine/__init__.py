@@ -223,6 +223,8 @@ def solve(
     x0 = np.ascontiguousarray(x0, dtype=np.float64)
     B, n, d = x0.shape
     t_eval = np.ascontiguousarray(t_eval, dtype=np.float64)
+    if t_eval.ndim != 1 or t_eval.size < 2 or not np.all(np.diff(t_eval) > 0):
+        raise ValueError(f"t_eval: needs at least two strictly increasing times, got {t_eval!r}")
     groups = canonical_groups(groups)
     form, heads = _head_arrays(x0, scores, diagonal, factors, values)
     out = _outputs(groups, B, t_eval.size, heads.H, n, d)
@@ -238,8 +240,8 @@ def solve(
     failed = np.flatnonzero(counts[:, STATUS] != Status.OK)
     if failed.size:
         b = int(failed[0])
-        why = ("step size underflow (non-finite or stiff)" if counts[b, STATUS] == Status.UNDERFLOW
-               else f"step budget of {max_steps} exhausted")
+        why = {Status.UNDERFLOW: "step size underflow (non-finite or stiff)",
+               Status.BUDGET: f"step budget of {max_steps} exhausted"}[Status(counts[b, STATUS])]
         raise IntegrationError(f"trajectory {b}: {why} at t = {times[b, T_STOP]:.6g} of {t_eval[-1]:g}")
     observables = {var.name: getattr(out, var.name) for var in variables(groups)}
     return EngineResult(observables, counts[:, STEPS].copy(), counts[:, REJECTED].copy(),

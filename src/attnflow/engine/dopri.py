@@ -115,7 +115,9 @@ def _rms_scaled(a, y, rtol, atol):
 def _met(value, metric, threshold):
     if metric == Metric.EPSILON:
         return value <= threshold
-    return value >= threshold
+    if metric == Metric.GAMMA_MEAN:
+        return value >= threshold
+    raise NotImplementedError("a clustering metric without its branch")
 
 
 @numba.njit(cache=True)
@@ -129,7 +131,8 @@ def _holds(x, criterion, ws, sc):
 def initial_step(y, f0, hd, flow, beta, method, control, span, buf, ws):
     """First step size: Hairer, Norsett & Wanner, Solving ODEs I, Sec. II.4 (as scipy's RK45).
 
-    Evaluates the field once, at ``y + h0 f0``.
+    Evaluates the field once, at ``y + h0 f0``. Returns 0 where no step can be
+    sized: a field too large for float64 (the caller reports an underflow).
     """
     n, d = y.shape
     rtol, atol = control.rtol, control.atol
@@ -137,6 +140,8 @@ def initial_step(y, f0, hd, flow, beta, method, control, span, buf, ws):
     d0, d1 = _rms_scaled(y, y, rtol, atol), _rms_scaled(f0, y, rtol, atol)
     h0 = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / max(d1, 1e-300)
     h0 = min(h0, span)
+    if not (h0 > 0.0 and np.isfinite(d1)):
+        return 0.0
     probe, f1 = buf.stage, buf.y_new
     for i in range(n):
         for k in range(d):
@@ -265,6 +270,9 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     else:
         h = initial_step(y, stages[0], hd, flow, beta, method, control, t_end - t_first, buf, ws)
         calls += 1
+        if h == 0.0:
+            status = Status.UNDERFLOW
+            next_sample = t_eval.size  # nothing can be integrated
 
     t = t_first
     last_rejected = False

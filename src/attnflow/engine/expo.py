@@ -8,7 +8,8 @@ form with fused multiply-adds where the CPU has them (``fastmath`` allows
 contraction only, no reassociation: 25% faster on this machine), and ``2^k``
 assembled from its exponent bits. Measured within 1 ulp of the correctly
 rounded result (tests/test_engine.py), with or without SVML installed.
-Arguments below -708 return ``exp(-708)`` (~3e-308) rather than a subnormal;
+Arguments below -708 return ``exp(-708)`` (~3e-308) rather than a subnormal,
+and above ~709.1 ``+inf``;
 the engine only takes exps of non-positive softmax logits (where that is far
 below the row's largest weight, 1) and of ``beta s`` bounded by ``Cell``.
 """
@@ -24,6 +25,9 @@ _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # high bits of ln 2: k * _LN2_HI is exact for |k| < 2^11
 _LN2_LO = 1.90821492927058770002e-10
 _LOWEST = -708.0
+# Above ln(max float64) ~ 709.78, 2^k with k = 1024 assembles to +inf: clamping here keeps k from
+# wrapping the exponent bits into the sign bit (exp(711) would come out as -1.9e-308).
+_HIGHEST = 710.0
 (_C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13) = (
     1.0 / math.factorial(k) for k in range(14)
 )
@@ -33,7 +37,7 @@ _LOWEST = -708.0
 def exp_inplace(a, bits):
     """``a[:] = exp(a)`` for a 1-d float64 array; ``bits`` is int64 scratch of the same size."""
     for j in range(a.size):
-        x = max(a[j], _LOWEST)
+        x = min(max(a[j], _LOWEST), _HIGHEST)
         k = np.floor(x * _LOG2E + 0.5)
         r = (x - k * _LN2_HI) - k * _LN2_LO
         p = _C13

@@ -148,9 +148,13 @@ def attention_weights(flow, s, beta, rowmax, rowsum, bits):
     if kind == Weights.RELU:
         inv_n = 1.0 / n
         for i in range(n):
+            rowmax[i] = 0.0
             for j in range(n):
                 s[i, j] = max(beta * s[i, j], 0.0) * inv_n
         _mask_rows(s, flow.causal)
+        if flow.normalised:  # a declaration may ask to normalise any rule's rows
+            for i in range(n):
+                rowsum[i] = lane_sum(s[i])
         return
     if kind == Weights.SOFTMAX:
         for i in range(n):
@@ -213,8 +217,10 @@ def head_rows(x, hd, h, ws):
                 y[j, k] = x[j, k] * hd.diag[h, k]
     elif hd.form == Form.DENSE:
         np.dot(x, hd.dense[h], y)
-    else:
+    elif hd.form == Form.FACTORED:
         np.dot(ws.zl[h], hd.ut[h], y)
+    else:
+        raise NotImplementedError("head_rows: a head form without its branch")
 
 
 @numba.njit(cache=True)

@@ -99,7 +99,9 @@ def criterion_value(x, xt, gram, metric, threshold):
             return 1.0 - mean
         transpose_into(x, xt)
         return 1.0 - gram_min(x, xt, gram)
-    return mean
+    if metric == Metric.GAMMA_MEAN:
+        return mean
+    raise NotImplementedError("a clustering metric without its branch")
 
 
 @numba.njit(cache=True)
@@ -192,13 +194,13 @@ def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     """``E_h = sum_ij exp(beta s_ij) / (2 beta n^2)`` and its exact rate (MODEL.md), over all pairs.
 
     ``g_i = sum_j exp(beta s_ij) M_h x_j = c_i (P Y)_i`` with ``c_i = Z_i e^{beta m_i}``.
-    With value alignment and unmasked exponential weights, ``f = P Y`` (softmax)
-    or ``f = W Y = g`` itself (exp), so no product is needed.
+    With value alignment and unmasked exponential weights ``exp(beta (s - m))``
+    the head output already is ``P Y`` (rows normalised) or ``e^{-beta m_i} g_i``
+    (not), so no product is needed.
     """
     n, d = xdot.shape
     exponential = flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP
     fast = shared_rows and not flow.causal and exponential
-    exp_weights_are_g = fast and flow.weights == Weights.EXP
     if fast:
         m, z = ws.rowmax[h], ws.rowsum[h]
         py = ws.f[h]
@@ -208,12 +210,13 @@ def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
         py = sc.py
     energy, rate = 0.0, 0.0
     for i in range(n):
-        c = z[i] * np.exp(beta * m[i])
+        shift = np.exp(beta * m[i])  # exactly 1 for exp weights (m = 0)
+        c = z[i] * shift
         energy += c
         dot = 0.0
         for k in range(d):
             dot += xdot[i, k] * py[i, k]
-        rate += dot if exp_weights_are_g else c * dot
+        rate += (c if flow.normalised or not fast else shift) * dot
     return energy / (2.0 * beta * n * n), rate / (n * n)
 
 
@@ -236,7 +239,7 @@ def _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc):
             e = np.exp(-abs(a))
             energy += max(a, 0.0) + np.log1p(e)
             coeff[i, j] = 1.0 / (1.0 + e) if a >= 0.0 else e / (1.0 + e)
-    if shared_rows and not flow.causal and flow.weights == Weights.SIGMOID:
+    if shared_rows and not flow.causal and not flow.normalised and flow.weights == Weights.SIGMOID:
         g = ws.f[h]
     else:
         np.dot(coeff, ws.y[h], sc.py)
