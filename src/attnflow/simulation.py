@@ -89,7 +89,7 @@ def simulate(
     else:
         x_init = _check_x0(cell, x0)
 
-    times = np.linspace(0.0, cell.t_max, cell.n_samples)
+    times = cell.sample_times()
     try:
         result = solve(
             x_init, **given, attention=cell.attention, beta=cell.beta, spherical=spherical, t_eval=times,
