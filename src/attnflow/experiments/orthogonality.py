@@ -72,7 +72,8 @@ class Orthogonality(Experiment):
         overlap = ax.twinx()
         overlap.plot(ds.delta, ds.cross_norm.squeeze(), "k:",
                      label=r"overlap $\omega = \max\|M_{h'} M_h\|_{op}$ (right)")
-        overlap.set_ylabel(r"measured overlap $\omega = \max\|M_{h'} M_h\|_{op}$ (Thm 39's $\delta$)")
+        overlap.set_ylabel("measured overlap (Thm 39's $\\delta$)\n"
+                           r"$\omega = \max\|M_{h'} M_h\|_{op}$")
         overlap.grid(False)
         handles = ax.get_legend_handles_labels()
         extra = overlap.get_legend_handles_labels()
