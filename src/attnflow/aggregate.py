@@ -57,7 +57,11 @@ def _reduce_store(experiment: Experiment, coords: dict, path: str) -> xr.Dataset
         raise CorruptStore(f"{err}; moved to {aside.name}, the next `snakemake` recomputes it") from None
     with ds:
         piece = experiment.reduce(ds).load()
-    return piece.expand_dims("cell").assign_coords({a: ("cell", [v]) for a, v in coords.items()})
+        certificate = ds.attrs.get("certificate_error")
+    piece = piece.expand_dims("cell").assign_coords({a: ("cell", [v]) for a, v in coords.items()})
+    if certificate is not None:
+        piece.attrs["certificate_error"] = float(certificate)
+    return piece
 
 
 def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, str]]) -> xr.Dataset:
@@ -78,6 +82,7 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     pieces = list(dask.compute(*tasks))
     if not pieces:
         raise FileNotFoundError(f"{experiment.name}: none of the {len(entries)} stores exists")
+    certificate = _worst_certificate(pieces, [p for _, p in entries if states[p].ok])
     out = xr.concat(pieces, dim="cell", join="outer", fill_value=np.nan, coords="minimal",
                     compat="override", combine_attrs="drop")
     if len(axes) == 1:
@@ -88,7 +93,20 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     grid = {a: list(dict.fromkeys(coords[a] for coords, _ in entries)) for a in axes}
     out = out.reindex(grid, fill_value=np.nan)
     out = experiment.derive(experiment.with_axes(out, spec), spec)
-    out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing})
+    out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing,
+                      **certificate})
+    return out
+
+
+def _worst_certificate(pieces, paths) -> dict:
+    """The worst accuracy certificate of the stores (``simulation.simulate``): ``certificate_error``
+    and the store it comes from; ``certificate_uncertified`` counts stores that carry none."""
+    found = [(p.attrs["certificate_error"], path) for p, path in zip(pieces, paths, strict=True)
+             if "certificate_error" in p.attrs]
+    out = {"certificate_uncertified": len(pieces) - len(found)}
+    if found:
+        worst, where = max(found, key=lambda item: item[0] if item[0] == item[0] else float("inf"))
+        out.update({"certificate_error": worst, "certificate_store": str(where)})
     return out
 
 

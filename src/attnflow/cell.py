@@ -31,6 +31,9 @@ CLUSTER_METRICS = {"epsilon": "epsilon = 1 - gamma_min <= cluster_threshold (eve
 # exp(beta * s) must stay finite for every observable (energies use it for all
 # attention types) and summed over n^2 pairs: exp(600) * 1e8 < float64 max.
 MAX_EXPONENT = 600.0
+# sample_spacing: log puts the first positive sample this many decades below t_max.
+LOG_DECADES = 6
+SAMPLE_SPACINGS = ("linear", "log")
 # Below this, the error control asks for more than float64 can deliver.
 MIN_RTOL = 1e-14
 
@@ -81,7 +84,11 @@ class Cell:
     seeds: int | Sequence[int] = _doc(4, "seed count (seeds 0..count-1) or a list of distinct seeds; "
                                       "a cell with no random input keeps its first seed only")
     t_max: float = _doc(10.0, "integration horizon")
-    n_samples: int = _doc(101, "sample times, evenly spaced in [0, t_max] (>= 2)")
+    n_samples: int = _doc(101, "sample times in [0, t_max], first 0 and last t_max (>= 2); spaced as "
+                          "sample_spacing says")
+    sample_spacing: str = _doc("linear", "linear: samples evenly spaced in [0, t_max]; log: t = 0, then "
+                               f"n_samples - 1 samples evenly spaced in log t from t_max / 10^{LOG_DECADES} "
+                               "to t_max (long horizons, metastable plateaus)", SAMPLE_SPACINGS)
     rtol: float = _doc(1e-6, f"relative tolerance of the integrator (>= {MIN_RTOL:g})")
     atol: float = _doc(1e-9, "absolute tolerance of the integrator")
     cluster_metric: str = _doc("epsilon", "clustering criterion", _choices(CLUSTER_METRICS))
@@ -183,6 +190,21 @@ class Cell:
         if "clusters" in self.observables:
             used += ("cluster_eps",)
         return used
+
+    def sample_times(self):
+        """The sample times (numpy array): ``n_samples`` times from 0 to ``t_max`` as ``sample_spacing`` says.
+
+        ``linear``: evenly spaced. ``log``: ``t = 0``, then ``n_samples - 1`` times evenly spaced in
+        ``log t`` from ``t_max / 10^LOG_DECADES`` to ``t_max`` (just ``[0, t_max]`` for two samples).
+        """
+        import numpy as np
+
+        if self.sample_spacing == "linear":
+            return np.linspace(0.0, self.t_max, self.n_samples)
+        if self.n_samples == 2:
+            return np.array([0.0, self.t_max])
+        return np.concatenate([[0.0], np.geomspace(self.t_max * 10.0**-LOG_DECADES, self.t_max,
+                                                   self.n_samples - 1)])
 
     @property
     def max_score_norm(self) -> float:

@@ -29,6 +29,26 @@ def sweep_status(sweep) -> dict[str, dict]:
     return report
 
 
+def uncertified(sweep, bound: float) -> dict[str, dict[str, float]]:
+    """Per experiment: its finished stores whose accuracy certificate exceeds ``bound`` (or is not finite)."""
+    import math
+
+    import zarr
+
+    from .store import verify
+    from .sweep import cell_id, store_path
+
+    report = {}
+    for name, points in sweep.points.items():
+        for cid, point in {cell_id(p.cell): p for p in points}.items():
+            path = store_path(sweep.stores, point.cell)
+            if verify(path, checksums=False).ok:
+                value = zarr.open_group(str(path), mode="r").attrs.get("certificate_error")
+                if value is not None and not (math.isfinite(value) and value <= bound):
+                    report.setdefault(name, {})[cid] = value
+    return report
+
+
 def _status(args) -> int:
     from .config import load, validate
     from .experiments import ConfigError
@@ -56,6 +76,10 @@ def _status(args) -> int:
             print(f"failed {name}/{cid}: {error}")
         for cid, detail in states["corrupt"].items():
             print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+    for name, cells in uncertified(sweep, args.certificate_bound).items():
+        for cid, value in cells.items():
+            print(f"uncertified {name}/{cid}: certificate_error {value:.3g} > {args.certificate_bound:g} "
+                  "(a rerun at a 100x tighter tolerance moves a recorded observable that much)")
     # During a run: the share done and an ETA per experiment (attnflow.progress).
     from .progress import progress, render
 
@@ -154,6 +178,8 @@ def main(argv=None) -> int:
     status.add_argument("--results", help="override the config's results directory")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--cores", type=int, help="cores the run uses, for its ETA (default: all here)")
+    status.add_argument("--certificate-bound", type=float, default=1e-4,
+                        help="flag finished stores whose accuracy certificate exceeds this (default 1e-4)")
     status.set_defaults(func=_status)
     schema = sub.add_parser("schema", help="the config's JSON schema (YAML), generated from Cell and the "
                                            "experiments")

@@ -38,6 +38,17 @@ def spec_of(summary: xr.Dataset) -> Spec:
     return Spec.from_json(summary.attrs["experiment"], summary.attrs["experiment_spec"])
 
 
+def certificate_line(summary: xr.Dataset) -> str:
+    """What a figure says of its accuracy: the worst certificate of the stores behind it."""
+    worst = summary.attrs.get("certificate_error")
+    unknown = int(summary.attrs.get("certificate_uncertified", 0))
+    if worst is None:
+        return "accuracy certificate: none (stores written before certificates)"
+    text = (f"accuracy certificate: worst deviation {float(worst):.1e} of a recorded observable, relative "
+            "to its scale, from a rerun of the first seeds at a 100x tighter tolerance")
+    return text + (f"; {unknown} stores without one" if unknown else "")
+
+
 def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()) -> None:
     """Draw the summary's experiment figure and save it to every path in ``outputs`` (PNG, PDF).
 
@@ -47,6 +58,7 @@ def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()
     name = summary.attrs["experiment"]
     experiment = registry(experiment_modules).get(name)
     fig = experiment.plot(summary, spec_of(summary))
+    fig.text(0.995, -0.005, certificate_line(summary), ha="right", va="top", fontsize=6, color="0.3")
     provenance = (f"attnflow {summary.attrs.get('attnflow_version', '?')}; experiment {name}; "
                   f"summary {source}; config sha256 {summary.attrs.get('config_sha256', '?')}")
     for path in outputs:

@@ -7,7 +7,7 @@ import xarray as xr
 
 from . import __version__
 from .attention import ATTENTIONS
-from .cell import MAX_EXPONENT, Cell
+from .cell import MAX_EXPONENT, MIN_RTOL, Cell
 from .engine import IntegrationError, solve
 from .heads import build_heads
 from .observables import variables
@@ -20,6 +20,22 @@ _SYMMETRY_TOLERANCE = 1e-12
 _MAX_SPHERE_DRIFT = 1e-10
 
 
+# Accuracy certificate (MODEL.md "Accuracy of a stored result"): the first CERTIFICATE_SEEDS seeds
+# are integrated again at rtol / CERTIFICATE_FACTOR (floored at MIN_RTOL) and atol / CERTIFICATE_FACTOR.
+CERTIFICATE_SEEDS = 2
+CERTIFICATE_FACTOR = 100.0
+# The certificate is this times the measured deviation: the tighter run has an error of its own,
+# ideally ~100^(5/6) ~ 50x smaller, but near round-off or where the step is limited by stability
+# rather than accuracy it is not (measured up to 5% of the deviation), so the bare deviation could
+# understate the cell's error by that much; the factor covers a tighter-run error of up to half.
+CERTIFICATE_SAFETY = 2.0
+# A variable's scale is max |value| over the certified seeds' recorded samples (tighter run), floored
+# here, so a variable that is zero throughout (up to round-off) does not divide by zero.
+CERTIFICATE_SCALE_FLOOR = 1e-12
+# Steps the tighter run may take, relative to the cell's budget (DOPRI5 needs ~100^(1/5) = 2.5x).
+_CERTIFICATE_STEP_FACTOR = 4
+
+
 class SimulationError(RuntimeError):
     """A cell's simulation produced no trustworthy result; the message names the cell."""
 
@@ -30,6 +46,7 @@ def simulate(
     x0: np.ndarray | None = None,
     score_matrices: np.ndarray | None = None,
     value_matrices: np.ndarray | None = None,
+    certify: bool = True,
 ) -> xr.Dataset:
     """Integrate all seeds of ``cell`` as one batch and record its observable groups.
 
@@ -46,6 +63,9 @@ def simulate(
         ``(H, d, d)`` symmetric ``M_h`` replacing the cell's ``heads``.
     value_matrices : ndarray, optional
         ``(H, d, d)`` ``V_h``; default ``V_h = M_h`` (value alignment).
+    certify : bool
+        Record the accuracy certificate (default): the first ``CERTIFICATE_SEEDS`` seeds integrated
+        again at a tolerance ``CERTIFICATE_FACTOR`` times tighter, see ``certificate_error``.
 
     Returns
     -------
@@ -55,7 +75,15 @@ def simulate(
         ``t_cluster`` (the first time the clustering criterion holds, located
         on the integrator's dense output), ``censored``, ``norm_drift`` and the
         solver's step counts. The attrs hold every cell field and the package
-        version.
+        version, and the accuracy certificate: ``certificate_error``,
+        ``CERTIFICATE_SAFETY`` times the largest deviation of the first seeds'
+        recorded observables from a rerun at ``certificate_rtol`` (each float
+        variable's deviation divided by its scale, the largest |value| of that
+        variable over those seeds' samples in the tighter run, floored at
+        ``CERTIFICATE_SCALE_FLOOR``; samples reached by one integration only
+        left out; ``t_cluster`` the same way, a censoring that differs counting
+        1), with ``certificate_variable`` the variable it comes from and
+        ``certificate_rhs_calls`` its cost in field evaluations.
     """
     if not isinstance(cell, Cell):
         raise TypeError(f"simulate expects a Cell, got {type(cell).__name__}")
@@ -87,7 +115,7 @@ def simulate(
     else:
         x_init = _check_x0(cell, x0)
 
-    times = np.linspace(0.0, cell.t_max, cell.n_samples)
+    times = cell.sample_times()
     try:
         result = solve(
             x_init, **given, attention=cell.attention, beta=cell.beta, spherical=spherical, mask=cell.mask,
@@ -102,6 +130,7 @@ def simulate(
     obs = result.observables
     measured = times[None, :] <= result.t_stop[:, None]  # (seed, time): samples the run reached
     _check_finite(cell, obs, measured, result.norm_drift if spherical else None)
+    certificate = _certificate(cell, result, x_init, given, values, times, spherical) if certify else {}
 
     data_vars = {}
     attention = ATTENTIONS.get(cell.attention)
@@ -163,6 +192,7 @@ def simulate(
         "solver_heads_form": result.form,
         "solver_rhs_calls": int(result.n_rhs_calls.sum()),
         "solver_max_retraction": float(result.max_retraction.max()),
+        **certificate,
     })
     coords = {
         "seed": np.array(cell.seeds, dtype=np.int64),
@@ -171,6 +201,61 @@ def simulate(
         "token": np.arange(n),
     }
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+
+
+def _certificate(cell, result, x_init, given, values, times, spherical) -> dict:
+    """The accuracy certificate: the first seeds again at a 100x tighter tolerance (see ``simulate``).
+
+    Integer observables (the cluster count) are left out: a count flips when a pair sits at the
+    threshold, whatever the accuracy. A tighter run that fails records ``inf``.
+    """
+    k = min(CERTIFICATE_SEEDS, cell.n_seeds)
+    rtol = max(cell.rtol / CERTIFICATE_FACTOR, MIN_RTOL)
+    atol = cell.atol / CERTIFICATE_FACTOR
+    sub = {key: (tuple(a[:k] for a in arr) if key == "factors" else arr[:k] if arr.shape[0] > 1 else arr)
+           for key, arr in given.items()}
+    vals = None if values is None else (values[:k] if values.shape[0] > 1 else values)
+    out = {"certificate_rtol": rtol, "certificate_atol": atol, "certificate_seeds": k,
+           "certificate_rhs_calls": 0}
+    try:
+        tight = solve(
+            x_init[:k], **sub, attention=cell.attention, beta=cell.beta, spherical=spherical, t_eval=times,
+            rtol=rtol, atol=atol, max_steps=_CERTIFICATE_STEP_FACTOR * cell.max_steps, values=vals,
+            groups=cell.observables, cluster_metric=cell.cluster_metric,
+            cluster_threshold=cell.cluster_threshold, cluster_eps=cell.cluster_eps,
+            stop_at_cluster=cell.stop_at_cluster,
+        )
+    except IntegrationError as err:
+        return {**out, "certificate_error": float("inf"),
+                "certificate_variable": f"tighter run failed: {err}"}
+    out["certificate_rhs_calls"] = int(tight.n_rhs_calls.sum())  # its cost, next to solver_rhs_calls
+    pairs = {name: (result.observables[name][:k], tight.observables[name])
+             for name in tight.observables if tight.observables[name].dtype.kind == "f"}
+    pairs["t_cluster"] = (result.t_cluster[:k], tight.t_cluster)
+    worst, where = 0.0, ""
+    for name, (got, ref) in pairs.items():
+        deviation = certificate_deviation(got, ref, censoring=name == "t_cluster")
+        if deviation > worst or not where:
+            worst, where = deviation, name
+    return {**out, "certificate_error": CERTIFICATE_SAFETY * float(worst), "certificate_variable": where}
+
+
+def certificate_deviation(got, ref, *, censoring: bool = False) -> float:
+    """``max |got - ref| / scale`` over the entries finite in both, ``scale = max |ref|`` there
+    (floored at ``CERTIFICATE_SCALE_FLOOR``); 0 when nothing is finite in both.
+
+    ``censoring`` (for ``t_cluster``): an entry finite in one and not the other (clustered in one
+    integration only) counts 1. Per-sample observables leave such entries out: a run that stops at
+    its clustering criterion ends at the end of an integrator step, which moves with the tolerance.
+    """
+    got, ref = np.asarray(got, dtype=float), np.asarray(ref, dtype=float)
+    both = np.isfinite(got) & np.isfinite(ref)
+    if censoring and np.any(np.isfinite(got) != np.isfinite(ref)):
+        return 1.0
+    if not both.any():
+        return 0.0
+    scale = max(float(np.max(np.abs(ref[both]))), CERTIFICATE_SCALE_FLOOR)
+    return float(np.max(np.abs(got[both] - ref[both]))) / scale
 
 
 def _squeeze(array, dims):

@@ -18,6 +18,8 @@ __all__ = [
     "early_sign",
     "equiangular_rate",
     "equiangular_time",
+    "time_ratio",
+    "crossover_beta",
     "solve_equiangular",
     "late_rate",
 ]
@@ -166,6 +168,33 @@ def equiangular_time(gamma0, gamma1, lambdas, beta, n, attention="softmax"):
             out[idx] = quad(lambda g, bt=bt, nn=nn, lm=lm: 1.0 / equiangular_rate(g, lm, bt, nn, attention),
                             a, b, epsabs=0.0, epsrel=1e-12, limit=200)[0]
     return out
+
+
+def time_ratio(gamma0, gamma1, lambdas, beta, n):
+    """``T_relu / T_softmax``: the ratio of the exact equiangular times from ``gamma0`` to ``gamma1``
+    (MODEL.md result 11, from the two ODEs of result 4-5).
+
+    Both times are :func:`equiangular_time` (partial fractions for relu, quadrature at relative
+    tolerance 1e-12 for softmax), so the ratio is exact to about 1e-11. Below 1 relu reaches the
+    level first. Broadcasts like :func:`equiangular_time`.
+    """
+    relu = equiangular_time(gamma0, gamma1, lambdas, beta, n, "relu")
+    return relu / equiangular_time(gamma0, gamma1, lambdas, beta, n, "softmax")
+
+
+def crossover_beta(gamma0, gamma1, lambdas, n, bracket=(1e-3, 1e2)):
+    """The beta at which relu and softmax reach ``gamma1`` at the same time (``time_ratio = 1``).
+
+    Found by Brent's method in ``log beta`` inside ``bracket``; NaN where the ratio does not
+    cross 1 there. Scalar ``gamma0``, ``gamma1``, ``n``; ``lambdas`` one head vector.
+    """
+    def gap(log_beta):
+        return float(np.log(time_ratio(gamma0, gamma1, lambdas, np.exp(log_beta), n)))
+
+    lo, hi = np.log(bracket[0]), np.log(bracket[1])
+    if gap(lo) * gap(hi) > 0:
+        return np.nan
+    return float(np.exp(brentq(gap, lo, hi, xtol=1e-12, rtol=1e-12)))
 
 
 def solve_equiangular(gamma0, lambdas, beta, n, t, *, attention="softmax", rtol=1e-12, atol=1e-14):

@@ -30,7 +30,7 @@ class ClusteringProbability(Experiment):
     observables = ()
     defaults = {
         "fixed": {"attention": "softmax", "heads": "scalar", "lambda_dist": "equal", "lambda_bar": 1.0,
-                  "init": "uniform", "n": 32, "d": 16, "seeds": 64, "t_max": 60.0, "n_samples": 2,
+                  "init": "uniform", "n": 32, "d": 32, "seeds": 64, "t_max": 60.0, "n_samples": 2,
                   "cluster_metric": "epsilon", "cluster_threshold": 1e-2},
         "grid": {"H": [1, 4], "beta": [0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]},
         "batch_over": ["beta"],
@@ -38,8 +38,10 @@ class ClusteringProbability(Experiment):
     caption = ("Fraction of runs clustered (epsilon = 1 - min cosine <= threshold) by time t, over "
                "(t, beta), softmax with equal scalar heads from uniform random tokens, per number of "
                "heads (top). Black: measured P = 1/2; white dashed: the equiangular ODE's time from "
-               "gamma0 = 1/sqrt(d) to the same level (closed form). Bottom: P(t) at each beta with its "
-               "95% Wilson band, the closed-form time dashed.")
+               "gamma0 = 1/sqrt(d) to the same level (closed form; an equiangular configuration with "
+               "gamma0 > 0 needs d >= n, hence d = n by default: at d < n the curve is the scalar ODE's "
+               "time only, the idealisation has no tokens, and the figure says so). Bottom: P(t) at each "
+               "beta with its 95% Wilson band, the closed-form time dashed.")
     reading = ("Each run's clustering time is located on the integrator's dense output, so P(t) is "
                "exact between samples and the map is as fine in t as its 256 columns. Left of the "
                "dashed curve the equiangular idealisation has not clustered yet: random tokens cluster "
@@ -81,7 +83,7 @@ class ClusteringProbability(Experiment):
         closed = [[float(theory.equiangular_time(gamma0, 1.0 - threshold, np.full(int(H), lam), b, n))
                    for b in out.beta.values] for H in out.H.values]
         out["t_closed"] = (("H", "beta"), np.array(closed))
-        out.attrs.update({"gamma0": gamma0, "n": n, "d": d})
+        out.attrs.update({"gamma0": gamma0, "n": n, "d": d, "equiangular_exists": int(d >= n)})
         return out
 
     def export_table(self, summary):
@@ -146,9 +148,11 @@ class ClusteringProbability(Experiment):
             ax.legend(fontsize=6, ncol=2)
         cax = fig.add_axes([0.9, 0.55, 0.013, 0.33])
         fig.colorbar(mesh, cax=cax, label="fraction clustered")
+        exists = ds.attrs["d"] >= ds.attrs["n"]
+        what = "" if exists else f" (scalar ODE only: no equiangular tokens at d = {ds.attrs['d']} < n)"
         handles = [Line2D([], [], color="k", lw=1.6, label="measured P = 1/2"),
                    Line2D([], [], color="0.5", ls="--", marker="o", ms=3,
-                          label=f"equiangular ODE from gamma0 = 1/sqrt(d) = {ds.attrs['gamma0']:.3f}")]
+                          label=f"equiangular ODE from gamma0 = 1/sqrt(d) = {ds.attrs['gamma0']:.3f}{what}")]
         axes[0, 0].legend(handles=handles, fontsize=6, loc="lower right")
         fixed = self.describe_fixed(spec, ("attention", "heads", "lambda_bar", "n", "d", "init",
                                            "cluster_threshold"))

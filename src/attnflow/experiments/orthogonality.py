@@ -11,7 +11,8 @@ from ._common import all_heads_monotone
 
 
 def max_cross_norm(scores: np.ndarray) -> float:
-    """max over seeds and head pairs of ``||M_h' M_h||_op`` (the delta of Thm 39); scores (seed, H, d, d)."""
+    """max over seeds and head pairs of ``||M_h' M_h||_op``: the overlap omega that Thm 39 bounds (the
+    paper's delta), not the cell field ``delta`` (the perturbation norm); scores (seed, H, d, d)."""
     H = scores.shape[1]
     worst = 0.0
     for a in range(H):
@@ -25,8 +26,9 @@ def max_cross_norm(scores: np.ndarray) -> float:
 class Orthogonality(Experiment):
     name = "orthogonality"
     theorem = "Thm 39"
-    question = ("Does per-head monotonicity of exactly orthogonal heads survive a perturbation of the "
-                "heads, ||M_h' M_h||_op <= delta, for small delta?")
+    question = ("Does per-head monotonicity of exactly orthogonal heads survive a small overlap of the "
+                "heads, omega = max ||M_h' M_h||_op (Thm 39's delta), produced by a perturbation of norm "
+                "delta (the cell field)?")
     axes = (Axis("delta", min_values=2, why="a curve over the perturbation norm"),)
     observables = ("energy",)
     defaults = {
@@ -37,13 +39,16 @@ class Orthogonality(Experiment):
         "grid": {"delta": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0]},
         "batch_over": ["delta"],
     }
-    caption = ("Per-head monotonicity against the perturbation norm delta of approximately orthogonal "
-               "block heads (Thm 39): fraction of runs with every head's energy non-decreasing, the "
-               "smallest normalised per-head rate, and the measured max ||M_h' M_h||_op (right axis).")
+    caption = ("Per-head monotonicity against the perturbation norm delta (the cell field: operator norm "
+               "of the symmetric perturbation added to block heads) of approximately orthogonal heads "
+               "(Thm 39): fraction of runs with every head's energy non-decreasing, the smallest "
+               "normalised per-head rate, and the measured overlap omega = max ||M_h' M_h||_op (right "
+               "axis), the quantity Thm 39 bounds (its delta).")
     reading = ("At delta = 0 the heads are exactly orthogonal and, in flat space, every head is "
                "monotone (fraction 1, smallest normalised rate >= 0). Thm 39 says this survives small "
-               "overlaps: read off the delta (and the measured overlap on the right axis) where the "
-               "fraction first drops below 1.")
+               "overlaps: read off the perturbation norm delta, and the overlap omega it produces (right "
+               "axis; Thm 39's delta is omega, at most 2 lambda delta + delta^2), where the fraction first "
+               "drops below 1.")
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         monotone = all_heads_monotone(ds)
@@ -62,11 +67,13 @@ class Orthogonality(Experiment):
         ax.plot(ds.delta, ds.min_relative_rate.squeeze(), "s-",
                 label=r"min $\dot E_h$ / max $|\dot E_h|$")
         ax.axhline(0.0, color="k", lw=0.8)
-        ax.set_xlabel(r"perturbation norm $\delta$")
+        ax.set_xlabel(r"perturbation norm $\delta$ (cell field; not Thm 39's bound)")
         ax.set_ylabel("fraction / ratio")
         overlap = ax.twinx()
-        overlap.plot(ds.delta, ds.cross_norm.squeeze(), "k:", label=r"$\max\|M_{h'} M_h\|_{op}$ (right)")
-        overlap.set_ylabel(r"measured head overlap $\max\|M_{h'} M_h\|_{op}$")
+        overlap.plot(ds.delta, ds.cross_norm.squeeze(), "k:",
+                     label=r"overlap $\omega = \max\|M_{h'} M_h\|_{op}$ (right)")
+        overlap.set_ylabel("measured overlap (Thm 39's $\\delta$)\n"
+                           r"$\omega = \max\|M_{h'} M_h\|_{op}$")
         overlap.grid(False)
         handles = ax.get_legend_handles_labels()
         extra = overlap.get_legend_handles_labels()

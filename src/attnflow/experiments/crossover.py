@@ -1,0 +1,188 @@
+"""ReLU against softmax at late times (MODEL.md result 11): where T_relu / T_softmax crosses 1."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import xarray as xr
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.lines import Line2D
+
+from .. import theory
+from ..tokens import typical_cosine
+from . import Axis, ConfigError, Experiment
+
+# Resolution of the closed-form background map (beta x level); the quadratures take ~1 s.
+MAP_POINTS = (48, 40)
+# Particles on the equiangular start must match the closed-form ratio to this (relative).
+AGREEMENT = 1e-6
+
+
+def level_axis(levels) -> np.ndarray:
+    """Plot coordinate of a level gamma1: ``-log10(1 - gamma1)`` (0.9 -> 1, 0.99 -> 2)."""
+    return -np.log10(1.0 - np.asarray(levels, dtype=float))
+
+
+class Crossover(Experiment):
+    name = "crossover"
+    theorem = "result 11 (beyond Thm 25)"
+    question = ("From gamma0 = 1/sqrt(d), at which (beta, level gamma1) does relu attention reach the level "
+                "before softmax (T_relu / T_softmax < 1), on the exact equiangular ODEs and in particles "
+                "from equiangular and from uniform random starts?")
+    axes = (
+        Axis("beta", min_values=2, why="a map over beta"),
+        Axis("cluster_threshold", min_values=2, why="the levels gamma1 the mean cosine must reach"),
+        Axis("attention", required=("softmax", "relu"), why="the ratio T_relu / T_softmax"),
+        Axis("init", required=("equiangular_typical",), why="the exact equiangular start gamma0 = 1/sqrt(d)"),
+    )
+    observables = ("clusters",)
+    defaults = {
+        "fixed": {"heads": "scalar", "H": 1, "n": 16, "d": 64, "lambda_bar": 1.0,
+                  "cluster_metric": "gamma_mean", "cluster_eps": 1e-2, "stop_at_cluster": True,
+                  "t_max": 100.0, "n_samples": 2, "seeds": 8, "rtol": 1e-10, "atol": 1e-13},
+        "grid": {"attention": ["softmax", "relu"], "init": ["equiangular_typical", "uniform"],
+                 "cluster_threshold": [0.5, 0.9, 0.99, 0.999], "beta": [0.5, 1.0, 2.0, 4.0, 8.0]},
+        "batch_over": ["beta", "cluster_threshold"],
+    }
+    caption = ("Result 11: T_relu / T_softmax, the ratio of the times for the mean cosine to reach gamma1, "
+               "over (beta, gamma1), equal scalar heads. Background: the closed form (ratio of the exact "
+               "time integrals of the two equiangular ODEs from gamma0 = 1/sqrt(d)); black: ratio = 1, "
+               "below it (blue) relu is faster. (a) Markers: particles from the equiangular start, "
+               "coloured by their measured ratio. (b) Markers: uniform random starts (median time over "
+               "seeds); crosses: cells where some relu runs froze into several clusters and never reached "
+               "the level (their median ratio is inf when most froze).")
+    reading = ("On the equiangular start the particles reproduce the closed-form ratio to the solver's "
+               "tolerance (the title gives the worst relative gap; the tests require 1e-6). Relu has no "
+               "drive at gamma = 0 and softmax's drive falls like e^{-beta lambda (1 - gamma)}, so at "
+               "small beta softmax is faster at every level, and relu's late-time drive, proportional "
+               "to beta, wins at larger beta: the ratio = 1 contour runs from beta ~ 2.8 at gamma1 = 0.5 "
+               "to beta ~ 1.6 at gamma1 = 0.999 (n = 16, d = 64), so relu overtakes late in the run "
+               "first. From uniform random starts softmax follows the same trend while relu runs "
+               "freeze into several clusters (relu weights vanish between tokens with negative "
+               "cosine): the crosses mark where the ratio becomes infinite or is set by the runs that "
+               "happened to start in one hemisphere, and the closed form stops describing relu.")
+
+    pinned = {
+        "cluster_metric": ("gamma_mean", "the time for the mean cosine to reach each level"),
+        **{key: (value, "the closed form is the equiangular ODE of equal scalar heads")
+           for key, value in (("heads", "scalar"), ("lambda_dist", "equal"))},
+    }
+
+    def check(self, spec) -> None:
+        super().check(spec)
+        for level in spec.values("cluster_threshold"):
+            if not typical_cosine(spec.fixed["d"]) < level < 1.0:
+                raise ConfigError(f"experiments.{self.name}.grid.cluster_threshold: {level!r} must lie in "
+                                  f"(gamma0 = 1/sqrt(d), 1) = ({typical_cosine(spec.fixed['d']):.4g}, 1)")
+
+    def reduce(self, ds: xr.Dataset) -> xr.Dataset:
+        # With stop_at_cluster a run that reached the level has NaN samples after it; one that never
+        # did ran to t_max, and its last sample counts the clusters it froze into.
+        last = ds.cluster_count.isel(time=-1).astype(float)
+        return xr.Dataset({
+            "t_cluster": ds.t_cluster.where(~ds.censored, np.inf),
+            "frozen": (ds.censored & (last >= 2)).astype(float),
+            "clusters_end": last.where(ds.censored),
+        })
+
+    def derive(self, summary: xr.Dataset, spec) -> xr.Dataset:
+        out = summary
+        n, d, H = int(spec.fixed["n"]), int(spec.fixed["d"]), int(spec.fixed["H"])
+        lambdas = np.full(H, float(spec.fixed["lambda_bar"]))
+        gamma0 = typical_cosine(d)
+        betas = out.beta.values.astype(float)
+        levels = out.cluster_threshold.values.astype(float)
+        closed = theory.time_ratio(gamma0, levels[None, :], lambdas, betas[:, None], n)
+        out["ratio_closed"] = (("beta", "cluster_threshold"), closed)
+        times = out.t_cluster.median("seed")
+        ratio = times.sel(attention="relu") / times.sel(attention="softmax")
+        out["ratio"] = ratio.transpose("init", "beta", "cluster_threshold")
+        out["rel_error"] = out.ratio.sel(init="equiangular_typical") / out.ratio_closed - 1.0
+        out["frozen_fraction"] = out.frozen.sel(attention="relu").mean("seed").transpose(
+            "init", "beta", "cluster_threshold")
+        # The background: the closed form on a fine grid spanning the measured one.
+        fine_b = np.geomspace(betas.min(), betas.max(), MAP_POINTS[0])
+        lo, hi = level_axis([levels.min(), levels.max()])
+        fine_g = 1.0 - 10.0 ** -np.linspace(lo, hi, MAP_POINTS[1])
+        out = out.assign_coords(beta_fine=("beta_fine", fine_b), level_fine=("level_fine", fine_g))
+        out["ratio_closed_fine"] = (("beta_fine", "level_fine"),
+                                    theory.time_ratio(gamma0, fine_g[None, :], lambdas, fine_b[:, None], n))
+        out["beta_cross"] = ("cluster_threshold",
+                             [theory.crossover_beta(gamma0, g, lambdas, n) for g in levels])
+        out.attrs.update({"gamma0": gamma0, "n": n, "d": d,
+                          "max_rel_error": float(np.nanmax(np.abs(out.rel_error.values)))})
+        return out
+
+    def plot(self, summary, spec):
+        ds = self.with_axes(summary, spec)
+        inits = [i for i in ("equiangular_typical", "uniform") if i in ds.init.values]
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5.6), squeeze=False, layout="constrained")
+        axes = axes[0]
+        fine = ds.ratio_closed_fine.transpose("level_fine", "beta_fine").values
+        log_ratio = np.log2(fine)
+        span = max(float(np.nanmax(np.abs(log_ratio))), 1e-3)
+        norm = TwoSlopeNorm(vmin=-span, vcenter=0.0, vmax=span)
+        bx, gy = ds.beta_fine.values, level_axis(ds.level_fine.values)
+        betas = ds.beta.values.astype(float)
+        levels = ds.cluster_threshold.values.astype(float)
+        B, G = np.meshgrid(betas, level_axis(levels), indexing="ij")
+        mesh = None
+        for ax, init, letter in zip(axes, ("equiangular_typical", "uniform"), "ab", strict=True):
+            mesh = ax.pcolormesh(bx, gy, log_ratio, cmap="RdBu_r", norm=norm, shading="nearest", alpha=0.85)
+            ax.contour(bx, gy, log_ratio, levels=[0.0], colors="k", linewidths=1.8)
+            ax.plot(ds.beta_cross.values, level_axis(levels), "k+", ms=8)
+            ax.set_xscale("log")
+            pad = 0.25 * np.log(betas.max() / betas.min()) / max(betas.size - 1, 1)
+            ax.set_xlim(betas.min() * np.exp(-pad), betas.max() * np.exp(pad))
+            g_lo, g_hi = level_axis([levels.min(), levels.max()])
+            ax.set_ylim(g_lo - 0.15 * (g_hi - g_lo), g_hi + 0.1 * (g_hi - g_lo))
+            ax.set_xticks(betas, [f"{b:g}" for b in betas])
+            ax.minorticks_off()
+            ax.set_yticks(level_axis(levels), [f"{g:g}" for g in levels])
+            ax.set_xlabel(r"inverse temperature $\beta$")
+            ax.set_ylabel(r"level $\gamma_1$ the mean cosine reaches (axis: $-\log_{10}(1-\gamma_1)$)")
+            if init not in inits:
+                ax.set_title(f"({letter}) {init}: not in the grid", fontsize=8)
+                continue
+            measured = ds.ratio.sel(init=init).transpose("beta", "cluster_threshold").values
+            finite = np.isfinite(measured) & (measured > 0)
+            ax.scatter(B[finite], G[finite], c=np.log2(measured[finite]), cmap="RdBu_r", norm=norm, s=70,
+                       edgecolors="k", linewidths=0.8, zorder=3)
+            if (~finite).any():
+                ax.scatter(B[~finite], G[~finite], s=70, facecolors="none", edgecolors="k", linewidths=0.8,
+                           zorder=3)
+            for (i, j), value in np.ndenumerate(measured):
+                text = ("relu censored" if np.isinf(value) else "softmax censored" if value == 0
+                        else "both censored" if np.isnan(value) else f"{value:.3g}")
+                ax.annotate(text, (B[i, j], G[i, j]),
+                            textcoords="offset points", xytext=(0, 7), ha="center", fontsize=6)
+            if init == "equiangular_typical":
+                title = ("(a) equiangular start gamma0 = 1/sqrt(d): particles (markers) on the closed "
+                         "form,\n"
+                         f"worst relative gap {ds.attrs['max_rel_error']:.1e}")
+            else:
+                frozen = ds.frozen_fraction.sel(init=init).transpose("beta", "cluster_threshold").values
+                hit = frozen > 0
+                ax.scatter(B[hit], G[hit], marker="x", s=150, c="k", linewidths=1.2, zorder=4)
+                for (i, j), f in np.ndenumerate(frozen):
+                    if f > 0:
+                        ax.annotate(f"{f:.0%} frozen", (B[i, j], G[i, j]), textcoords="offset points",
+                                    xytext=(0, -12), ha="center", fontsize=5.5)
+                title = (f"(b) uniform random starts (median time over {ds.sizes['seed']} seeds) on the "
+                         "equiangular closed form;\nx: some relu runs froze into several clusters "
+                         f"(never reached the level by t_max = {spec.fixed['t_max']:g})")
+            ax.set_title(title, fontsize=8)
+        fig.colorbar(mesh, ax=list(axes), label=r"$\log_2\, T_{relu} / T_{softmax}$ (blue: relu faster)",
+                     shrink=0.9)
+        handles = [Line2D([], [], color="k", lw=1.8, label="closed form: ratio = 1"),
+                   Line2D([], [], color="k", marker="+", ls="", label="closed-form crossover beta per level"),
+                   Line2D([], [], color="k", marker="o", mfc="0.8", ls="",
+                          label="particles (measured ratio)")]
+        axes[0].legend(handles=handles, fontsize=6, loc="lower left")
+        fixed = self.describe_fixed(spec, ("heads", "H", "n", "d", "lambda_bar", "rtol"))
+        fig.suptitle(f"ReLU vs softmax at late times (result 11): T_relu / T_softmax from gamma0 = 1/sqrt(d) "
+                     f"= {ds.attrs['gamma0']:.3g}; {fixed}", fontsize=9)
+        return fig
+
+
+EXPERIMENT = Crossover()

@@ -1,0 +1,242 @@
+"""Metastability (MODEL.md result 10): the staircase of the cluster count against log t, and how long
+its plateaus last as beta grows."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+import xarray as xr
+
+from ..plotting import log_edges, log_ticks
+from . import Axis, ConfigError, Experiment
+
+# The exponential and power-law fits of the plateau length are told apart when one's residual
+# variance (in log length) is below this fraction of the other's; otherwise "cannot tell".
+PREFERENCE = 0.5
+# The fit uses the betas where fewer than this fraction of the plateaus outlast t_max.
+MAX_CENSORED = 0.5
+
+
+def longest_plateau(times: np.ndarray, counts: np.ndarray) -> tuple[float, bool, float]:
+    """The longest stretch of one run's cluster count at a constant value >= 2, after t = 0.
+
+    A plateau starts at the first sample with its count and ends at the first sample with another
+    count (a merge); one still on at the last sample is censored (its length is then a lower
+    bound, up to ``t_max``). Returns ``(length, censored, count)``; ``(nan, False, nan)`` when the
+    run never holds two or more clusters after t = 0. Lengths are resolved to the sample spacing.
+    """
+    t, c = np.asarray(times, float)[1:], np.asarray(counts, float)[1:]
+    ok = np.isfinite(c)
+    t, c = t[ok], c[ok]
+    best = (np.nan, False, np.nan)
+    start = 0
+    for k in range(1, c.size + 1):
+        if k == c.size or c[k] != c[start]:
+            if c[start] >= 2:
+                censored = k == c.size
+                length = (t[-1] if censored else t[k]) - t[start]
+                if not np.isfinite(best[0]) or length > best[0]:
+                    best = (float(length), bool(censored), float(c[start]))
+            start = k
+    return best
+
+
+def growth_fit(beta: np.ndarray, length: np.ndarray, level: float = 0.95) -> dict:
+    """Fits of ``log L`` against beta (exponential: ``L ~ e^{rate beta}``) and against ``log beta``
+    (power law: ``L ~ beta^power``), least squares over the given runs, with the t-interval of each
+    slope; and which of the two the residuals favour."""
+    from scipy import stats
+
+    ok = np.isfinite(length) & (length > 0)
+    x, y = np.asarray(beta, float)[ok], np.log(np.asarray(length, float)[ok])
+    out = {"runs": int(ok.sum())}
+    if np.unique(x).size < 3:
+        return {**out, "rate": np.nan, "rate_half": np.nan, "power": np.nan, "power_half": np.nan,
+                "verdict": "too few betas to fit"}
+    residual = {}
+    for key, xs in (("rate", x), ("power", np.log(x))):
+        fit = stats.linregress(xs, y)
+        half = stats.t.ppf(0.5 + level / 2, x.size - 2) * fit.stderr
+        out[key], out[f"{key}_half"], out[f"{key}_intercept"] = fit.slope, half, fit.intercept
+        residual[key] = np.mean((y - fit.intercept - fit.slope * xs) ** 2)
+    if residual["rate"] < PREFERENCE * residual["power"]:
+        out["verdict"] = "looks exponential in beta"
+    elif residual["power"] < PREFERENCE * residual["rate"]:
+        out["verdict"] = "looks like a power of beta"
+    else:
+        out["verdict"] = "exp and power law fit alike: cannot tell"
+    out["residual_exp"], out["residual_power"] = residual["rate"], residual["power"]
+    return out
+
+
+class Metastability(Experiment):
+    name = "metastability"
+    theorem = "result 10 (Geshkovski et al. 2024)"
+    question = ("From uniform random tokens at large beta, do the tokens form several clusters within O(1) "
+                "time that then persist on plateaus of the cluster count (a staircase in log t), and does "
+                "the plateaus' length grow exponentially in beta, as Geshkovski, Koubbi, Polyanskiy and "
+                "Rigollet (2024) prove?")
+    axes = (
+        Axis("beta", min_values=3, why="a map over beta and a fit of the plateau length against it"),
+        Axis("H"),
+        Axis("d"),
+    )
+    observables = ("clusters",)
+    defaults = {
+        "fixed": {"attention": "softmax", "heads": "scalar", "lambda_bar": 1.0,
+                  "init": "uniform", "n": 16, "seeds": 8, "t_max": 1000.0, "n_samples": 61,
+                  "sample_spacing": "log", "cluster_eps": 1e-2, "lambda_dist": "linear", "spread": 0.5,
+                  # Long horizons: at rtol 1e-6 the certificate reads 7e-4 (gamma_min); 1e-8 certifies.
+                  "rtol": 1e-8, "atol": 1e-11},
+        "grid": {"H": [1, 2], "d": [2], "beta": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0]},
+        "batch_over": ["beta"],
+    }
+    caption = ("Result 10: softmax, scalar heads (with H > 1 of unequal strengths, linear spread, since "
+               "equal scalar heads are one head at H times the speed), uniform random tokens. Top: "
+               "median cluster count (<x_i, x_j> >= 1 - cluster_eps joins tokens) over (log t, beta), "
+               "per (H, d). Middle: the staircase for a few betas, median (solid) and quartiles (dashed). "
+               "Bottom: the longest plateau of each run (a count >= 2 held between two merges) against "
+               "beta, log scale; open markers are censored (still on at t_max, lower bounds); lines: "
+               "least-squares fits of log length against beta (exponential) and against log beta (power "
+               "law) over the uncensored runs, with 95% intervals of the slopes and which fits better.")
+    reading = ("Samples are evenly spaced in log t (sample_spacing: log), so every decade of the horizon "
+               "has the same resolution. At small beta the tokens reach one cluster within a few time "
+               "units. As beta grows the count drops within O(1) time to several clusters and then stays "
+               "there over decades of t: the staircase. The plateau lengths grow with beta; the bottom "
+               "row says whether exponential growth (the cited theorem, in the limit of large beta) fits "
+               "better than a power law on the range measured. Plateaus that outlast t_max are censored, "
+               "so at the largest beta the fit is a lower bound unless the horizon grows with it.")
+
+    pinned = {
+        "sample_spacing": ("log", "the staircase needs samples evenly spaced in log t"),
+        "init": ("uniform", "metastable states form from uniform random tokens"),
+    }
+
+    def check(self, spec) -> None:
+        super().check(spec)
+        for key in ("t_max", "n_samples"):
+            if key in spec.grid:
+                raise ConfigError(f"experiments.{self.name}.grid.{key}: must be fixed (every cell shares "
+                                  "one sample grid, the map's time axis)")
+
+    def reduce(self, ds: xr.Dataset) -> xr.Dataset:
+        counts = ds.cluster_count.astype(float).load()
+        times = ds.time.values
+        plateaus = [longest_plateau(times, counts.values[s]) for s in range(counts.sizes["seed"])]
+        length, censored, level = (np.array(v, dtype=float) for v in zip(*plateaus, strict=True))
+        return xr.Dataset({
+            "cluster_count": counts,
+            "plateau": ("seed", length),
+            "plateau_censored": ("seed", censored),
+            "plateau_count": ("seed", level),
+        }, coords={"seed": ds.seed.values})
+
+    def derive(self, summary: xr.Dataset, spec) -> xr.Dataset:
+        out = summary
+        out["count_median"] = out.cluster_count.median("seed")
+        out["count_q1"] = out.cluster_count.quantile(0.25, "seed").drop_vars("quantile")
+        out["count_q3"] = out.cluster_count.quantile(0.75, "seed").drop_vars("quantile")
+        out["plateau_median"] = out.plateau.median("seed")
+        out["censored_fraction"] = out.plateau_censored.where(out.plateau.notnull()).mean("seed")
+        keys = ("rate", "rate_half", "power", "power_half")
+        fits = {k: np.full((out.sizes["H"], out.sizes["d"]), np.nan) for k in keys}
+        verdicts = np.empty((out.sizes["H"], out.sizes["d"]), dtype=object)
+        for i, H in enumerate(out.H.values):
+            for j, d in enumerate(out.d.values):
+                sub = out.sel(H=H, d=d)
+                # Uncensored runs, at the betas where most runs are uncensored (elsewhere the runs that
+                # merged before t_max are the short tail, and would bias the fit down).
+                keep = (sub.censored_fraction < MAX_CENSORED) & (sub.plateau_censored == 0)
+                length = sub.plateau.where(keep).transpose("beta", "seed").values
+                beta = np.broadcast_to(sub.beta.values.astype(float)[:, None], length.shape)
+                fit = growth_fit(beta.ravel(), length.ravel())
+                for k in keys:
+                    fits[k][i, j] = fit[k]
+                verdicts[i, j] = fit["verdict"]
+        for k in keys:
+            out[f"fit_{k}"] = (("H", "d"), fits[k])
+        out["fit_verdict"] = (("H", "d"), verdicts.astype(str))
+        return out
+
+    def plot(self, summary, spec):
+        ds = self.with_axes(summary, spec)
+        combos = [(H, d) for H in ds.H.values for d in ds.d.values]
+        fig, axes = plt.subplots(3, len(combos), figsize=(4.6 * len(combos), 11), squeeze=False,
+                                 layout="constrained")
+        t = ds.time.values[1:]  # t = 0 has no place on a log axis
+        betas = ds.beta.values.astype(float)
+        t_edges, b_edges = log_edges(t), log_edges(betas)
+        n = int(spec.fixed["n"])
+        shown = betas[np.unique(np.linspace(0, betas.size - 1, min(3, betas.size)).round().astype(int))]
+        colours = dict(zip(shown, sns.color_palette("viridis", n_colors=shown.size), strict=True))
+        mesh = None
+        for col, (H, d) in enumerate(combos):
+            sub = ds.sel(H=H, d=d)
+            ax = axes[0, col]
+            median = sub.count_median.transpose("beta", "time").values[:, 1:]
+            mesh = ax.pcolormesh(t_edges, b_edges, median, cmap="viridis", vmin=1, vmax=n, shading="flat")
+            ax.set_xscale("log")
+            log_ticks(ax, "y", betas)
+            for b in shown:
+                ax.axhline(b, color=colours[b], lw=0.8, ls=":")
+            ax.set_xlabel("time $t$ (log)")
+            ax.set_ylabel(r"inverse temperature $\beta$")
+            ax.set_title(f"H = {H}, d = {d}: median cluster count over (log t, beta)", fontsize=8)
+
+            ax = axes[1, col]
+            for b in shown:
+                row = sub.sel(beta=b)
+                ax.step(t, row.count_median.values[1:], where="post", color=colours[b], lw=1.6,
+                        label=rf"$\beta$ = {b:g}: median")
+                for q in ("count_q1", "count_q3"):
+                    ax.step(t, row[q].values[1:], where="post", color=colours[b], lw=0.8, ls="--")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("time $t$ (log)")
+            ax.set_ylabel("clusters (median; dashed: quartiles)")
+            ax.set_title(f"H = {H}, d = {d}: the staircase, {ds.sizes['seed']} seeds", fontsize=8)
+            ax.legend(fontsize=6)
+
+            ax = axes[2, col]
+            length = sub.plateau.transpose("beta", "seed").values
+            cens = sub.plateau_censored.transpose("beta", "seed").values > 0
+            jitter = np.exp(np.linspace(-0.04, 0.04, length.shape[1]))[None, :]
+            bb = betas[:, None] * jitter
+            ax.scatter(bb[~cens], length[~cens], s=14, color="C0", label="longest plateau (run)")
+            ax.scatter(bb[cens], length[cens], s=14, facecolors="none", edgecolors="C3",
+                       label="censored at t_max (lower bound)")
+            ax.plot(betas, sub.plateau_median.values, "k_", ms=14, mew=2, label="median")
+            fit = {k: float(sub[f"fit_{k}"]) for k in ("rate", "rate_half", "power", "power_half")}
+            verdict = str(sub.fit_verdict.values)
+            if np.isfinite(fit["rate"]):
+                ok = np.isfinite(length) & ~cens
+                y = np.log(length[ok])
+                x = np.broadcast_to(betas[:, None], length.shape)[ok]
+                grid = np.geomspace(betas.min(), betas.max(), 50)
+                a = np.mean(y) - fit["rate"] * np.mean(x)
+                ax.plot(grid, np.exp(a + fit["rate"] * grid), "k-", lw=1,
+                        label=f"exp: rate {fit['rate']:.3g} ± {fit['rate_half']:.2g} per unit beta")
+                a = np.mean(y) - fit["power"] * np.mean(np.log(x))
+                ax.plot(grid, np.exp(a) * grid ** fit["power"], "k--", lw=1,
+                        label=f"power: beta^({fit['power']:.3g} ± {fit['power_half']:.2g})")
+            t_max = float(spec.fixed["t_max"])
+            ax.axhline(t_max, color="0.5", lw=0.8, ls=":")
+            floor = np.nanmin(length) if np.isfinite(length).any() else 1e-2
+            ax.set_ylim(floor / 3, t_max * 10)
+            ax.set_xscale("log")
+            log_ticks(ax, "x", betas)
+            ax.set_yscale("log")
+            ax.set_xlabel(r"inverse temperature $\beta$")
+            ax.set_ylabel("longest plateau length (time)")
+            ax.set_title(f"H = {H}, d = {d}: {verdict}\n(fit over betas with < {MAX_CENSORED:.0%} of runs "
+                         "censored)", fontsize=8)
+            ax.legend(fontsize=5.5)
+        fig.colorbar(mesh, ax=list(axes[0]), label="median cluster count")
+        fixed = self.describe_fixed(spec, ("attention", "heads", "n", "lambda_bar", "cluster_eps", "t_max"))
+        fig.suptitle(f"Metastability (result 10): cluster count against log t; {fixed}; samples evenly "
+                     "spaced in log t", fontsize=9)
+        return fig
+
+
+EXPERIMENT = Metastability()

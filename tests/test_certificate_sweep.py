@@ -1,0 +1,48 @@
+"""The certificate travels: every store has one, a summary carries the worst, a figure prints it, and
+`attnflow status` flags stores above its bound."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+from sweep_helpers import ENV, run, write_config
+
+from attnflow.plotting import certificate_line
+
+pytestmark = pytest.mark.workflow
+
+BLOCK = {"crossover": {
+    "fixed": {"heads": "scalar", "H": 1, "n": 8, "d": 16, "seeds": 1, "t_max": 50.0, "n_samples": 2,
+              "stop_at_cluster": True, "cluster_metric": "gamma_mean", "rtol": 1e-8, "atol": 1e-11},
+    "grid": {"attention": ["softmax", "relu"], "init": ["equiangular_typical"],
+             "cluster_threshold": [0.5, 0.9], "beta": [1.0, 4.0]},
+    "batch_over": ["beta", "cluster_threshold"],
+}}
+
+
+def status(config, *extra):
+    return subprocess.run([sys.executable, "-m", "attnflow.cli", "status", "--configfile", str(config),
+                           *extra], capture_output=True, text=True, env={**os.environ, **ENV})
+
+
+def test_summary_carries_the_worst_certificate_and_status_flags(tmp_path):
+    config = write_config(tmp_path, **{"experiments": BLOCK, "defaults": None, "experiment_modules": None})
+    run(tmp_path, config)
+    results = tmp_path / "results"
+    stores = sorted((results / "simulations").glob("*.zarr"))
+    certificates = [xr.open_zarr(p).attrs["certificate_error"] for p in stores]
+    assert len(certificates) == 8 and all(np.isfinite(certificates))
+    summary = xr.open_zarr(results / "summaries" / "crossover.zarr")
+    assert summary.attrs["certificate_error"] == max(certificates)
+    assert summary.attrs["certificate_uncertified"] == 0
+    assert f"{max(certificates):.1e}" in certificate_line(summary)
+    assert (results / "figures" / "crossover.png").stat().st_size > 1000
+
+    quiet = status(config)
+    assert quiet.returncode == 0 and "uncertified" not in quiet.stdout
+    flagged = status(config, "--certificate-bound", f"{min(certificates) / 2:g}")
+    assert flagged.returncode == 0
+    assert flagged.stdout.count("uncertified crossover/") == len(certificates), flagged.stdout
