@@ -207,12 +207,39 @@ def scipy_route(cell, scores, x0, beta):
     return run
 
 
+def busy_core(name, repeat):
+    """``simulate()`` with every observable, alone and beside a process that keeps one core busy.
+
+    On a shared node another job's thread takes a core: with trajectories handed out
+    statically the engine waits for the thread that shares it (about 2x); handed out
+    dynamically, the free core takes more of them.
+    """
+    import subprocess
+
+    import numba
+
+    cell, scores, x0, beta = problem(name)
+    run = attnflow_route(cell, scores, x0, beta, DEFAULT_GROUPS)
+    alone = best_of(run, repeat)[0]
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        busy = best_of(run, repeat)[0]
+    finally:
+        spinner.kill()
+    print(f"\nbeside one busy core ({name}, simulate() all observables, numba threading layer "
+          f"{numba.threading_layer()}): alone {alone:.3f} s, busy {busy:.3f} s, {busy / alone:.2f}x "
+          "(target <= 1.6x)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", default="S,M,L,mixed beta", help="comma-separated subset")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--ref-seeds", type=int, default=4)
     parser.add_argument("--no-scipy", action="store_true", help="skip scipy one by one (slow)")
+    parser.add_argument("--busy-core", default="M",
+                        help="cell timed alone and beside one busy core ('' skips)")
     args = parser.parse_args(argv)
 
     import numba
@@ -222,6 +249,8 @@ def main(argv=None):
           f"(engine BLAS limited to 1 thread per trajectory); BLAS: {blas}")
     print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    if args.busy_core:
+        busy_core(args.busy_core, args.repeat)
     header = f"{'cell':11} {'route':34} {'wall s':>8} {'compile s':>9} {'steps':>6} {'error':>9} {'drift':>9}"
     rows, evaluations = [], {}
     for name in [c.strip() for c in args.cells.split(",")]:
