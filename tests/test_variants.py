@@ -317,3 +317,11 @@ def test_stores_describe_the_energy_and_entropy_they_hold():
     assert "softplus" in ds.energy.attrs["description"]
     assert "row-normalised weights sigma" in ds.entropy.attrs["description"]
     assert "exp(beta" in simulate(cell.replace(attention="usa")).energy.attrs["description"]
+
+
+@pytest.mark.parametrize("attention", ["softmax", "sigmoid"])
+def test_the_certificate_reruns_the_same_masked_flow(attention):
+    # The certificate's tighter rerun must integrate the cell's own flow, mask included: an
+    # unmasked rerun would differ by O(1) and certify nothing.
+    cell = Cell(H=2, n=6, d=5, attention=attention, mask="causal", seeds=2, t_max=5.0, n_samples=11)
+    assert simulate(cell).attrs["certificate_error"] < 1e-3

@@ -117,20 +117,13 @@ def simulate(
 
     times = cell.sample_times()
     try:
-        result = solve(
-            x_init, **given, attention=cell.attention, beta=cell.beta, spherical=spherical, mask=cell.mask,
-            t_eval=times,
-            rtol=cell.rtol, atol=cell.atol, max_steps=cell.max_steps, values=values,
-            groups=cell.observables, cluster_metric=cell.cluster_metric,
-            cluster_threshold=cell.cluster_threshold, cluster_eps=cell.cluster_eps,
-            stop_at_cluster=cell.stop_at_cluster,
-        )
+        result = _integrate(cell, x_init, given, values, times, cell.rtol, cell.atol, cell.max_steps)
     except IntegrationError as err:
         raise SimulationError(f"{describe(cell)}: {err}") from err
     obs = result.observables
     measured = times[None, :] <= result.t_stop[:, None]  # (seed, time): samples the run reached
     _check_finite(cell, obs, measured, result.norm_drift if spherical else None)
-    certificate = _certificate(cell, result, x_init, given, values, times, spherical) if certify else {}
+    certificate = _certificate(cell, result, x_init, given, values, times) if certify else {}
 
     data_vars = {}
     attention = ATTENTIONS.get(cell.attention)
@@ -203,7 +196,18 @@ def simulate(
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
-def _certificate(cell, result, x_init, given, values, times, spherical) -> dict:
+def _integrate(cell, x_init, given, values, times, rtol, atol, max_steps):
+    """The engine on a cell's flow, heads and criterion: the one spelling of the call (the
+    certificate's rerun differs in the tolerances, the step budget and the seeds alone)."""
+    return solve(
+        x_init, **given, attention=cell.attention, beta=cell.beta, spherical=cell.spherical, mask=cell.mask,
+        t_eval=times, rtol=rtol, atol=atol, max_steps=max_steps, values=values, groups=cell.observables,
+        cluster_metric=cell.cluster_metric, cluster_threshold=cell.cluster_threshold,
+        cluster_eps=cell.cluster_eps, stop_at_cluster=cell.stop_at_cluster,
+    )
+
+
+def _certificate(cell, result, x_init, given, values, times) -> dict:
     """The accuracy certificate: the first seeds again at a 100x tighter tolerance (see ``simulate``).
 
     Integer observables (the cluster count) are left out: a count flips when a pair sits at the
@@ -218,13 +222,8 @@ def _certificate(cell, result, x_init, given, values, times, spherical) -> dict:
     out = {"certificate_rtol": rtol, "certificate_atol": atol, "certificate_seeds": k,
            "certificate_rhs_calls": 0}
     try:
-        tight = solve(
-            x_init[:k], **sub, attention=cell.attention, beta=cell.beta, spherical=spherical, t_eval=times,
-            rtol=rtol, atol=atol, max_steps=_CERTIFICATE_STEP_FACTOR * cell.max_steps, values=vals,
-            groups=cell.observables, cluster_metric=cell.cluster_metric,
-            cluster_threshold=cell.cluster_threshold, cluster_eps=cell.cluster_eps,
-            stop_at_cluster=cell.stop_at_cluster,
-        )
+        tight = _integrate(cell, x_init[:k], sub, vals, times, rtol, atol,
+                           _CERTIFICATE_STEP_FACTOR * cell.max_steps)
     except IntegrationError as err:
         return {**out, "certificate_error": float("inf"),
                 "certificate_variable": f"tighter run failed: {err}"}
