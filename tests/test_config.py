@@ -57,6 +57,10 @@ def _with(path, value, base=BASE):
      r"experiments\.clustering_probability\.fixed\.attention: must be softmax"),
     ("experiments.clustering_time.fixed.cluster_metric", "epsilon",
      r"clustering_time\.fixed\.cluster_metric: must be gamma_mean \(the time for the mean cosine"),
+    # A mask where the figure draws closed forms of unmasked attention.
+    ("experiments.superadditivity.fixed.mask", "causal",
+     r"experiments\.superadditivity\.fixed\.mask = \['causal'\]: the superadditivity figure draws closed"),
+    ("experiments.beta_star.grid.mask", ["none", "causal"], r"beta_star\.grid\.mask = \['none', 'causal'\]"),
 ])
 def test_config_mistakes_are_one_line_naming_the_key(path, value, match):
     with pytest.raises(ConfigError) as err:

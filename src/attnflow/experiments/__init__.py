@@ -138,8 +138,14 @@ class Experiment:
     def check(self, spec: Spec) -> None:
         """Refuse a spec the figure cannot be drawn from; ``ConfigError`` naming the experiment and key.
 
-        The base checks ``axes`` and ``pinned``; subclasses may add checks (call ``super().check``).
+        The base checks ``axes`` and ``pinned``, and refuses a causal mask in an experiment that
+        does not draw over ``mask``: the paper's closed forms are for unmasked attention. Subclasses
+        may add checks (call ``super().check``).
         """
+        if "mask" not in {axis.name for axis in self.axes} and spec.values("mask") != ["none"]:
+            where = f"experiments.{self.name}.{'grid' if 'mask' in spec.grid else 'fixed'}.mask"
+            raise ConfigError(f"{where} = {spec.values('mask')!r}: the {self.name} figure draws closed forms "
+                              "of unmasked attention; masks are compared in the variants experiment")
         for key, (value, why) in self.pinned.items():
             if key in spec.grid or spec.fixed.get(key) != value:
                 raise ConfigError(f"experiments.{self.name}.fixed.{key}: must be {value} ({why})")
