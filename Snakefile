@@ -5,8 +5,10 @@ min_version("9.0")
 
 
 # The default config, unless one is given with --configfile (which would otherwise
-# be merged into it key by key, mixing two grids).
-if not config:
+# be merged into it key by key, mixing two grids). Not `if not config`: --config
+# fills `config` before this line, and its values go on top of the default config
+# (Snakemake reapplies them after loading the file).
+if not workflow.configfiles:
 
     configfile: "config/config.yaml"
 

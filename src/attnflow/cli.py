@@ -90,7 +90,8 @@ def _refine(args) -> int:
     from .refine import refine
 
     try:
-        out = refine(args.configfile, args.experiment, args.rounds, args.snakemake_args or ["--cores", "all"])
+        out = refine(args.configfile, args.experiment, args.rounds, args.snakemake_args or ["--cores", "all"],
+                     snakefile=args.snakefile)
     except (ConfigError, RuntimeError) as err:
         print(f"attnflow refine: {err}", file=sys.stderr)
         return 2
@@ -118,6 +119,8 @@ def main(argv=None) -> int:
     refine.add_argument("experiment")
     refine.add_argument("--configfile", default="config/config.yaml")
     refine.add_argument("--rounds", type=int, default=1, help="each round halves every bracket")
+    refine.add_argument("--snakefile", help="the workflow to run (default: Snakefile in the working "
+                                            "directory)")
     refine.epilog = ("Arguments after -- go to snakemake (default --cores all), e.g. "
                      "attnflow refine beta_star --rounds 3 -- --profile profiles/slurm")
     refine.set_defaults(func=_refine)
