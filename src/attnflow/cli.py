@@ -7,19 +7,19 @@ import json
 import sys
 from pathlib import Path
 
-STATES = ("done", "missing", "failed", "corrupt", "interrupted")
+STATES = ("done", "missing", "failed", "corrupt", "interrupted", "stale")
 
 
 def sweep_status(sweep) -> dict[str, dict]:
-    """Per experiment: its cells by state, each checked against its completion record (checksums)."""
-    from .store import verify
-    from .sweep import cell_id, failure_path, store_path
+    """Per experiment: its cells by state, each checked against its completion record (checksums) and
+    the current numerics version (``stale``: written under another)."""
+    from .sweep import cell_id, failure_path, store_path, verify_cell
 
     report = {}
     for name, points in sweep.points.items():
         states = {state: {} for state in STATES}
         for cid, point in {cell_id(p.cell): p for p in points}.items():
-            state = verify(store_path(sweep.stores, point.cell))
+            state = verify_cell(store_path(sweep.stores, point.cell))
             if state.status == "missing" and failure_path(sweep.stores, point.cell).exists():
                 error = json.loads(failure_path(sweep.stores, point.cell).read_text())["error"]
                 states["failed"][cid] = error
@@ -56,6 +56,12 @@ def _status(args) -> int:
             print(f"failed {name}/{cid}: {error}")
         for cid, detail in states["corrupt"].items():
             print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+        for cid, detail in states["stale"].items():
+            print(f"stale {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+    from .workflow import outdated_summaries
+
+    for name, why in outdated_summaries(sweep).items():
+        print(f"summary {name}: {why} (the next `snakemake` rebuilds it and its figure)")
     return 0
 
 

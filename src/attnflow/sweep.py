@@ -19,8 +19,8 @@ from pathlib import Path
 
 from .cell import Cell
 from .experiments import ConfigError, Spec
+from .store import StoreState, write
 from .store import verify as verify_store
-from .store import write
 
 STORE_SUFFIX = ".zarr"
 
@@ -35,6 +35,25 @@ def cell_id(cell: Cell) -> str:
     the content of any file it reads (so editing a weights file in place makes new stores)."""
     text = json.dumps(cell.to_dict(), sort_keys=True) + cell.input_digest()
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def store_versions() -> dict:
+    """What a simulation store's completion record must hold to be current: the numerics version
+    (``attnflow.engine.NUMERICS_VERSION``). A store written under another is ``stale``."""
+    from .engine.version import NUMERICS_VERSION
+
+    return {"numerics_version": NUMERICS_VERSION}
+
+
+def summary_versions(experiment) -> dict:
+    """What a summary's record must hold to be current: its stores' numerics version and its
+    experiment's ``reduction_version``."""
+    return {**store_versions(), "reduction_version": experiment.reduction_version}
+
+
+def verify_cell(path: str | Path, *, checksums: bool = True) -> StoreState:
+    """``store.verify`` of a simulation store, which is also ``stale`` when another numerics wrote it."""
+    return verify_store(path, checksums=checksums, expect=store_versions())
 
 
 def store_path(root: str | Path, cell: Cell) -> Path:
@@ -146,7 +165,8 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
     """Simulate every cell whose store under ``root`` is not complete; return all store paths.
 
     A complete store (its completion record matches, sizes checked) is skipped;
-    a missing, interrupted or corrupt one is computed again. A cell that fails
+    a missing, interrupted, corrupt or stale one (another numerics version) is
+    computed again. A cell that fails
     leaves no store, a ``.failed.json`` record naming it, and stops the batch
     with ``SimulationError``; cells finished before it keep their stores.
     """
@@ -158,12 +178,12 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
     for i, cell in enumerate(cells, 1):
         path = store_path(root, cell)
         paths.append(path)
-        state = verify_store(path, checksums=False)
+        state = verify_cell(path, checksums=False)
         if state.ok:
             log(f"[{i}/{len(cells)}] {path.name}: complete, skipped")
             continue
-        if state.status == "corrupt":
-            log(f"[{i}/{len(cells)}] {path.name}: corrupt ({state.detail}), recomputing")
+        if state.status in ("corrupt", "stale"):
+            log(f"[{i}/{len(cells)}] {path.name}: {state.status} ({state.detail}), recomputing")
         start = time.perf_counter()
         try:
             ds = simulate(cell)
@@ -173,8 +193,8 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
             log(f"[{i}/{len(cells)}] {path.name}: FAILED: {err}")
             raise
         elapsed = time.perf_counter() - start
-        ds.attrs.update({"cell_id": cell_id(cell), **(provenance or {})})
-        fresh = write(ds, path)
+        ds.attrs.update({"cell_id": cell_id(cell), **store_versions(), **(provenance or {})})
+        fresh = write(ds, path, versions=store_versions())
         failure_path(root, cell).unlink(missing_ok=True)
         log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
             f"computed in {elapsed:.3f} s, " + ("written" if fresh else "already written by another job"))
@@ -182,4 +202,5 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
 
 
 __all__ = ["Point", "STORE_SUFFIX", "Sweep", "cell_id", "config_digest", "failure_path", "run_batch",
-           "spec_points", "store_path"]
+           "spec_points", "store_path", "store_versions", "summary_versions",
+           "verify_cell"]

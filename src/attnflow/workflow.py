@@ -15,8 +15,8 @@ from . import __version__
 from .config import load as load_config
 from .config import validate
 from .experiments import ConfigError, Spec
-from .store import StoreState, verify
-from .sweep import Sweep, cell_id, config_digest
+from .store import StoreState, record_of
+from .sweep import Sweep, cell_id, config_digest, summary_versions, verify_cell
 
 
 def sweep_from_workflow(config: dict, configfiles=()) -> Sweep:
@@ -31,7 +31,8 @@ def manifest(results: str | Path, batch: str) -> str:
 
 
 def unhealthy(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
-    """Batches whose manifest lists a store that is now missing or does not match its record.
+    """Batches whose manifest lists a store that is now missing, does not match its record, or is
+    stale (written under another numerics version).
 
     Only the stores the manifest lists (what the batch finished): a batch that
     gained cells reruns anyway, its parameters changed. Sizes and the bytes of
@@ -46,7 +47,7 @@ def unhealthy(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
             continue  # no manifest (the batch runs anyway) or an unreadable one
         stores = [str(sweep.stores / name) for name in names]  # wherever the results dir now is
         problems = [(store, state) for store in stores
-                    if not (state := verify(store, checksums=False)).ok]
+                    if not (state := verify_cell(store, checksums=False)).ok]
         if problems:
             found[batch] = problems
     return found
@@ -64,18 +65,81 @@ def issue_repairs(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
     damage = unhealthy(sweep)
     for batch, problems in damage.items():
         seen = Path(manifest(sweep.results, batch)).stat().st_mtime_ns
-        record = {"manifest_mtime_ns": seen,
-                  "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]}
-        text = json.dumps(record, indent=1, sort_keys=True)
-        ticket = repair_dir(sweep.results, batch) / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"
-        if not ticket.exists():
-            ticket.parent.mkdir(parents=True, exist_ok=True)
-            ticket.write_text(text)
+        _write_ticket(repair_dir(sweep.results, batch), {
+            "manifest_mtime_ns": seen,
+            "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]})
     return damage
+
+
+def _write_ticket(directory: Path, record: dict) -> None:
+    """``<directory>/<digest of record>.ticket``, unless that ticket exists (a dry run wrote it)."""
+    text = json.dumps(record, indent=1, sort_keys=True)
+    ticket = directory / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"
+    if not ticket.exists():
+        ticket.parent.mkdir(parents=True, exist_ok=True)
+        ticket.write_text(text)
 
 
 def repair_dir(results: str | Path, batch: str) -> Path:
     return Path(results) / "repairs" / batch
+
+
+def summary_path(results: str | Path, experiment: str) -> Path:
+    return Path(results) / "summaries" / f"{experiment}.zarr"
+
+
+def figure_paths(results: str | Path, experiment: str) -> list[Path]:
+    return [Path(results) / "figures" / f"{experiment}.{ext}" for ext in ("png", "pdf")]
+
+
+def outdated_summaries(sweep: Sweep) -> dict[str, str]:
+    """Experiments whose summary must be rebuilt (with its figure) where Snakemake sees nothing to do.
+
+    Snakemake compares times, not versions, and does not rerun a job for an
+    intermediate file deleted under an output that stays. So: a summary built
+    under another numerics or reduction version (stale); a summary deleted
+    while its figure stays; a manifest of its batches deleted while the summary
+    stays. Each gets a ticket (``summary_tickets``) -> experiment: why.
+    """
+    found = {}
+    for name in sweep.specs:
+        summary = summary_path(sweep.results, name)
+        if summary.exists():
+            record = record_of(summary)
+            differ = [f"{key} {record.get(key)}, now {want}"
+                      for key, want in summary_versions(sweep.experiments.get(name)).items()
+                      if record.get(key) != want]
+            gone = [b for b in sweep.batches_of(name) if not Path(manifest(sweep.results, b)).exists()]
+            if differ:
+                found[name] = "stale (built under " + "; ".join(differ) + ")"
+            elif gone:
+                found[name] = f"built from batch {gone[0]}, whose manifest is missing"
+        elif any(p.exists() for p in figure_paths(sweep.results, name)):
+            found[name] = "missing while its figure stays"
+    return found
+
+
+def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
+    """A ticket for every outdated summary (``outdated_summaries``), an input of its aggregate and plot
+    jobs, newer than both: Snakemake rebuilds the summary and its figure (and first any batch whose
+    manifest is missing). Shared by a dry run and the run after it, like repair tickets."""
+    found = outdated_summaries(sweep)
+    for name, why in found.items():
+        summary = summary_path(sweep.results, name)
+        seen = summary.stat().st_mtime_ns if summary.exists() else 0
+        _write_ticket(summary_ticket_dir(sweep.results, name),
+                      {"experiment": name, "why": why, "summary_mtime_ns": seen})
+    return found
+
+
+def summary_ticket_dir(results: str | Path, experiment: str) -> Path:
+    # "_summaries": no batch name holds "_", so no batch's repair directory is this one.
+    return Path(results) / "repairs" / "_summaries" / experiment
+
+
+def summary_tickets(results: str | Path, experiment: str) -> list[str]:
+    """Every ticket issued for an experiment's summary: inputs of its aggregate and plot jobs."""
+    return sorted(str(p) for p in summary_ticket_dir(results, experiment).glob("*.ticket"))
 
 
 def repair_tickets(results: str | Path, batch: str) -> list[str]:
@@ -129,5 +193,7 @@ def plot_job(summary_path: str, outputs, modules=()):
         render(summary.load(), outputs, source=summary_path, experiment_modules=modules)
 
 
-__all__ = ["ConfigError", "aggregate_job", "batch_params", "issue_repairs", "manifest", "plot_job",
-           "provenance", "repair_tickets", "simulate_job", "sweep_from_workflow", "unhealthy"]
+__all__ = ["ConfigError", "aggregate_job", "batch_params", "figure_paths", "issue_repairs",
+           "issue_summary_tickets", "manifest", "outdated_summaries", "plot_job", "provenance",
+           "repair_tickets", "simulate_job", "summary_path", "summary_tickets", "sweep_from_workflow",
+           "unhealthy"]

@@ -6,8 +6,10 @@ from attnflow.workflow import (
     ConfigError,
     batch_params,
     issue_repairs,
+    issue_summary_tickets,
     manifest,
     repair_tickets,
+    summary_tickets,
     sweep_from_workflow,
 )
 
@@ -44,10 +46,19 @@ if not workflow.remote_exec:
                 + f": batch {_batch} recomputes it",
                 file=sys.stderr,
             )
+    for _name, _why in issue_summary_tickets(SWEEP).items():
+        print(
+            f"attnflow: the summary of {_name} is {_why}: rebuilt, with its figure",
+            file=sys.stderr,
+        )
 
 
 def batch_repairs(wildcards):
     return repair_tickets(RESULTS, wildcards.batch)
+
+
+def experiment_tickets(wildcards):
+    return summary_tickets(RESULTS, wildcards.experiment)
 
 
 def batch_cells(wildcards):

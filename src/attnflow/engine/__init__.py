@@ -34,6 +34,7 @@ from .dopri import (
 )
 from .field import Form
 from .measure import Group, Metric, Outputs
+from .version import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 
 __all__ = ["EngineResult", "IntegrationError", "observe", "solve"]
 

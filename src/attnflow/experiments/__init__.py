@@ -99,6 +99,10 @@ class Experiment:
     reading: ClassVar[str]  # how to read the figure, for docs/experiments.md
     # Cell fields the closed form is derived for, fixed at one value: field -> (value, why).
     pinned: ClassVar[dict[str, tuple[object, str]]] = {}
+    # The version of ``reduce`` and ``derive``: bump it with a change that moves a number in
+    # the summary. Summaries record it; the workflow rebuilds (with its figure) one built
+    # under another.
+    reduction_version: ClassVar[int] = 1
 
     # --- configuration -------------------------------------------------------------------------
     def spec(self, block: dict | None, defaults: dict | None = None) -> Spec:
