@@ -28,3 +28,10 @@ rule all:
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/plot.smk"
+
+
+# The run ends with one line on the cells that failed (missing in the figures), if any.
+onsuccess:
+    _failures = failure_report(SWEEP)
+    if _failures:
+        print(_failures, file=sys.stderr)

@@ -202,6 +202,53 @@ def test_aggregation_never_mixes_numerics_versions(beta_star_run, tmp_path):
         summarise(sweep.experiments.get("beta_star"), sweep.specs["beta_star"], entries)
 
 
+@pytest.mark.workflow
+@pytest.mark.parametrize("delete", ["manifests", "summary"])
+def test_deleted_bookkeeping_is_rebuilt_by_the_next_run(beta_star_run, tmp_path, delete):
+    """Manifests, or a summary whose figure stays, deleted by hand: the next plain run rebuilds them
+    (and the figure), recomputing no store; then nothing is left to do."""
+    import shutil
+
+    from sweep_helpers import planned, run, snapshot
+
+    shutil.copytree(beta_star_run[2], tmp_path / "results")
+    config = _beta_star_only(tmp_path)
+    results = tmp_path / "results"
+    if delete == "manifests":
+        shutil.rmtree(results / "manifests")
+        expected = {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+    else:
+        shutil.rmtree(results / "summaries" / "beta_star.zarr")
+        expected = {"aggregate": 1, "plot": 1, "all": 1}
+    assert planned(tmp_path, config) == expected
+    before = snapshot(results / "simulations")
+    proc = run(tmp_path, config)
+    assert "the summary of beta_star is" in proc.stderr
+    assert snapshot(results / "simulations") == before
+    assert len(list((results / "manifests").glob("*.json"))) == 2
+    assert (results / "summaries" / "beta_star.zarr").exists()
+    assert planned(tmp_path, config) == {}
+
+
+@pytest.mark.workflow
+def test_a_new_batch_is_no_deleted_manifest(beta_star_run, tmp_path):
+    """Adding a grid value makes batches that never ran: no ticket (they run anyway)."""
+    import shutil
+
+    from sweep_helpers import write_config
+
+    from attnflow.workflow import outdated_summaries
+
+    shutil.copytree(beta_star_run[2], tmp_path / "results")
+    others = ("energy", "superadditivity", "clustering_time", "clustering_probability", "entropy",
+              "orthogonality", "toy_margin")
+    config = write_config(tmp_path, **{f"experiments.{name}": None for name in others},
+                          **{"experiments.beta_star.grid.n": [4, 6, 8]})
+    from attnflow.config import load, validate
+
+    assert outdated_summaries(validate(load(config), reach_scheduler=False)) == {}
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--regenerate"]:
         sys.exit(__doc__)

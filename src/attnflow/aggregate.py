@@ -17,6 +17,7 @@ slower: 6.5 s of graph construction for 96 small stores against 1 s of work.)
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from . import __version__
 from .experiments import Experiment, Spec
 from .store import CorruptStore, StaleStore, open_verified, quarantine
 from .store import write as write_store
-from .sweep import store_versions, summary_versions, verify_cell
+from .sweep import describe_failures, failure_of, store_versions, summary_versions, verify_cell
 
 
 @contextlib.contextmanager
@@ -85,6 +86,8 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
                          + ", ".join(stale) + "; a summary never mixes numerics versions, the next "
                          "`snakemake` recomputes them")
     missing = sorted({path for _, path in entries if not states[path].ok})
+    failed = [{"coords": coords, "error": record["error"]} for coords, path in entries
+              if not states[path].ok and (record := failure_of(path))]
     tasks = [dask.delayed(_reduce_store)(experiment, coords, path)
              for coords, path in entries if states[path].ok]
     pieces = list(dask.compute(*tasks))
@@ -100,7 +103,8 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     grid = {a: list(dict.fromkeys(coords[a] for coords, _ in entries)) for a in axes}
     out = out.reindex(grid, fill_value=np.nan)
     out = experiment.derive(experiment.with_axes(out, spec), spec)
-    out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing})
+    out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing,
+                      "failed_cells": failed})
     return out
 
 
@@ -116,12 +120,18 @@ def aggregate(experiment: Experiment, spec: Spec, entries, output, *, scheduler:
     with dask_scheduler(scheduler):
         summary = summarise(experiment, spec, entries)
     missing = summary.attrs.pop("missing_cells")
+    failed = summary.attrs.pop("failed_cells")
+    if failed:
+        print(f"WARNING {experiment.name}: {len(failed)} cells failed (NaN in the summary, listed in the "
+              f"caption): {describe_failures(failed)}")
     if missing:
         print(f"WARNING {experiment.name}: {len(missing)} cells have no store (NaN in the summary): "
               + ", ".join(missing))
     summary.attrs.update({
         "n_missing_cells": len(missing),
         "missing_cells": ", ".join(missing),
+        "n_failed_cells": len(failed),
+        "failed_cells": json.dumps(failed),
         "stores": ", ".join(sorted({p for _, p in entries})),
         "attnflow_version": __version__,
         "experiment_spec": spec.to_json(),

@@ -53,7 +53,7 @@ def _status(args) -> int:
         print(f"{name:24} {total:6d}" + "".join(f" {len(states[s]):11d}" for s in STATES))
     for name, states in report.items():
         for cid, error in states["failed"].items():
-            print(f"failed {name}/{cid}: {error}")
+            print(f"failed {name}/{cid}: {error} (the next `snakemake` retries it once)")
         for cid, detail in states["corrupt"].items():
             print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
         for cid, detail in states["stale"].items():

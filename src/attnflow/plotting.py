@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -38,15 +41,29 @@ def spec_of(summary: xr.Dataset) -> Spec:
     return Spec.from_json(summary.attrs["experiment"], summary.attrs["experiment_spec"])
 
 
+def failed_note(summary: xr.Dataset) -> str:
+    """``Failed cells (missing in the figure): ...`` for a summary with failed cells, else ``""``."""
+    from .sweep import describe_failures
+
+    failed = json.loads(summary.attrs.get("failed_cells") or "[]")
+    return f"Failed cells (missing in the figure): {describe_failures(failed)}." if failed else ""
+
+
 def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()) -> None:
     """Draw the summary's experiment figure and save it to every path in ``outputs`` (PNG, PDF).
 
     The files carry their provenance in their metadata: experiment, summary
-    store, config digest and package version.
+    store, config digest and package version. Cells that failed (missing, NaN)
+    are listed under the figure.
     """
     name = summary.attrs["experiment"]
     experiment = registry(experiment_modules).get(name)
     fig = experiment.plot(summary, spec_of(summary))
+    note = failed_note(summary)
+    if note:  # under everything the figure drew (legends below the axes included)
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        fig.text(box.x0 / fig.get_figwidth(), box.y0 / fig.get_figheight() - 0.01, textwrap.fill(note, 140),
+                 fontsize=6, ha="left", va="top", color="0.3")
     provenance = (f"attnflow {summary.attrs.get('attnflow_version', '?')}; experiment {name}; "
                   f"summary {source}; config sha256 {summary.attrs.get('config_sha256', '?')}")
     for path in outputs:

@@ -65,6 +65,24 @@ def failure_path(root: str | Path, cell: Cell) -> Path:
     return Path(root) / f"{cell_id(cell)}.failed.json"
 
 
+def failure_of(store: str | Path) -> dict | None:
+    """The failure record beside a simulation store's path (None if its cell has not failed)."""
+    store = Path(store)
+    try:
+        return json.loads(store.with_name(store.name.removesuffix(STORE_SUFFIX) + ".failed.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def describe_failures(failed: list[dict]) -> str:
+    """Failed grid points for a caption: ``coords (error)``, the error without the cell's repetition."""
+    def short(error: str) -> str:
+        return error.split("): ", 1)[1] if error.startswith("cell(") and "): " in error else error
+
+    return "; ".join(", ".join(f"{k}={v}" for k, v in f["coords"].items()) + f" ({short(f['error'])})"
+                     for f in failed)
+
+
 @dataclasses.dataclass(frozen=True)
 class Point:
     """One grid point of an experiment: its coordinates along the grid axes and its cell."""
@@ -161,18 +179,33 @@ class Sweep:
         return sorted(b for b, cells in self.batches.items() if ids & {cell_id(c) for c in cells})
 
 
-def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=None) -> list[Path]:
-    """Simulate every cell whose store under ``root`` is not complete; return all store paths.
+@dataclasses.dataclass
+class BatchResult:
+    """What ``run_batch`` leaves: every cell's store path, and the cells that failed (id -> error)."""
+
+    paths: list[Path]
+    failed: dict[str, str]
+
+
+# Errors that fail one cell, named, and let its batch go on: the simulation's own, and the
+# arithmetic ones the compiled code can still raise (numba reports some as SystemError).
+CELL_ERRORS = (ArithmeticError, SystemError)
+
+
+def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=None) -> BatchResult:
+    """Simulate every cell whose store under ``root`` is not complete; every cell's store path and
+    the failures.
 
     A complete store (its completion record matches, sizes checked) is skipped;
     a missing, interrupted, corrupt or stale one (another numerics version) is
-    computed again. A cell that fails
-    leaves no store, a ``.failed.json`` record naming it, and stops the batch
-    with ``SimulationError``; cells finished before it keep their stores.
+    computed again. A cell that fails (``SimulationError``: step budget,
+    non-finite values; or an arithmetic error in the compiled code) leaves no
+    store and a ``.failed.json`` record with its error, and the batch goes on:
+    one bad cell costs its own point of the figure, not the figure.
     """
-    from .simulation import SimulationError, simulate  # the engine loads only where it runs
+    from .simulation import SimulationError, describe, simulate  # the engine loads only where it runs
 
-    paths = []
+    paths, failed = [], {}
     cells = list(cells)
     Path(root).mkdir(parents=True, exist_ok=True)
     for i, cell in enumerate(cells, 1):
@@ -187,20 +220,26 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
         start = time.perf_counter()
         try:
             ds = simulate(cell)
-        except SimulationError as err:
+        except (SimulationError, *CELL_ERRORS) as err:
+            error = str(err) if isinstance(err, SimulationError) else \
+                f"{describe(cell)}: {type(err).__name__} in the simulation: {err}"
             failure_path(root, cell).write_text(json.dumps(
-                {"cell_id": cell_id(cell), "cell": cell.to_dict(), "error": str(err)}, indent=1))
-            log(f"[{i}/{len(cells)}] {path.name}: FAILED: {err}")
-            raise
+                {"cell_id": cell_id(cell), "cell": cell.to_dict(), "error": error}, indent=1))
+            failed[cell_id(cell)] = error
+            log(f"[{i}/{len(cells)}] {path.name}: FAILED: {error}")
+            continue
         elapsed = time.perf_counter() - start
         ds.attrs.update({"cell_id": cell_id(cell), **store_versions(), **(provenance or {})})
         fresh = write(ds, path, versions=store_versions())
         failure_path(root, cell).unlink(missing_ok=True)
         log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
             f"computed in {elapsed:.3f} s, " + ("written" if fresh else "already written by another job"))
-    return paths
+    if failed:
+        log(f"{len(failed)} of {len(cells)} cells FAILED (recorded in the manifest; the next snakemake "
+            "retries them once)")
+    return BatchResult(paths, failed)
 
 
-__all__ = ["Point", "STORE_SUFFIX", "Sweep", "cell_id", "config_digest", "failure_path", "run_batch",
-           "spec_points", "store_path", "store_versions", "summary_versions",
-           "verify_cell"]
+__all__ = ["BatchResult", "CELL_ERRORS", "Point", "STORE_SUFFIX", "Sweep", "cell_id", "config_digest",
+           "describe_failures", "failure_of", "failure_path", "run_batch", "spec_points", "store_path",
+           "store_versions", "summary_versions", "verify_cell"]

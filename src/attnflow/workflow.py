@@ -16,7 +16,7 @@ from .config import load as load_config
 from .config import validate
 from .experiments import ConfigError, Spec
 from .store import StoreState, record_of
-from .sweep import Sweep, cell_id, config_digest, summary_versions, verify_cell
+from .sweep import STORE_SUFFIX, Sweep, cell_id, config_digest, store_path, summary_versions, verify_cell
 
 
 def sweep_from_workflow(config: dict, configfiles=()) -> Sweep:
@@ -32,22 +32,28 @@ def manifest(results: str | Path, batch: str) -> str:
 
 def unhealthy(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
     """Batches whose manifest lists a store that is now missing, does not match its record, or is
-    stale (written under another numerics version).
+    stale (written under another numerics version), or a cell that failed.
 
     Only the stores the manifest lists (what the batch finished): a batch that
     gained cells reruns anyway, its parameters changed. Sizes and the bytes of
     files written since the record: cheap enough for every start of the workflow.
+    A failed cell (state ``failed``, its error as detail) is retried once per
+    run: its ticket is tied to the manifest's time, which the retry renews.
     """
     found = {}
     for batch in sweep.batches:
         path = Path(manifest(sweep.results, batch))
         try:
-            names = json.loads(path.read_text())["stores"].values()
+            record = json.loads(path.read_text())
+            names = record["stores"].values()
+            failed = dict(record.get("failed") or {})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # no manifest (the batch runs anyway) or an unreadable one
         stores = [str(sweep.stores / name) for name in names]  # wherever the results dir now is
         problems = [(store, state) for store in stores
                     if not (state := verify_cell(store, checksums=False)).ok]
+        problems += [(str(sweep.stores / f"{cid}{STORE_SUFFIX}"), StoreState("failed", str(error)))
+                     for cid, error in sorted(failed.items())]
         if problems:
             found[batch] = problems
     return found
@@ -98,8 +104,8 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
     Snakemake compares times, not versions, and does not rerun a job for an
     intermediate file deleted under an output that stays. So: a summary built
     under another numerics or reduction version (stale); a summary deleted
-    while its figure stays; a manifest of its batches deleted while the summary
-    stays. Each gets a ticket (``summary_tickets``) -> experiment: why.
+    while its figure stays; the manifest of a batch that ran (its stores are
+    there) deleted while the summary stays. Each gets a ticket (``summary_tickets``) -> experiment: why.
     """
     found = {}
     for name in sweep.specs:
@@ -109,7 +115,7 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
             differ = [f"{key} {record.get(key)}, now {want}"
                       for key, want in summary_versions(sweep.experiments.get(name)).items()
                       if record.get(key) != want]
-            gone = [b for b in sweep.batches_of(name) if not Path(manifest(sweep.results, b)).exists()]
+            gone = [b for b in sweep.batches_of(name) if _manifest_deleted(sweep, b)]
             if differ:
                 found[name] = "stale (built under " + "; ".join(differ) + ")"
             elif gone:
@@ -117,6 +123,13 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
         elif any(p.exists() for p in figure_paths(sweep.results, name)):
             found[name] = "missing while its figure stays"
     return found
+
+
+def _manifest_deleted(sweep: Sweep, batch: str) -> bool:
+    """A batch that ran (every cell has its store) but whose manifest is gone; a batch that never
+    ran (new cells, say a value added to an axis) runs anyway."""
+    return not Path(manifest(sweep.results, batch)).exists() and all(
+        store_path(sweep.stores, cell).exists() for cell in sweep.batches[batch])
 
 
 def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
@@ -130,6 +143,22 @@ def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
         _write_ticket(summary_ticket_dir(sweep.results, name),
                       {"experiment": name, "why": why, "summary_mtime_ns": seen})
     return found
+
+
+def figure_caption(sweep: Sweep, experiment: str) -> str:
+    """The report caption of an experiment's figure: the experiment's, then the failed cells its
+    summary lists (missing in the figure), read from the summary's attributes."""
+    from .sweep import describe_failures
+
+    caption = sweep.experiments.get(experiment).caption
+    try:
+        attrs = json.loads((summary_path(sweep.results, experiment) / ".zattrs").read_text())
+        failed = json.loads(attrs.get("failed_cells") or "[]")
+    except (OSError, ValueError, TypeError):
+        failed = []
+    if not failed:
+        return caption
+    return f"{caption} Failed cells (missing in the figure): {describe_failures(failed)}."
 
 
 def summary_ticket_dir(results: str | Path, experiment: str) -> Path:
@@ -160,16 +189,45 @@ def provenance(config: dict) -> dict:
 
 
 def simulate_job(cells_json: str, stores: str, batch: str, config: dict, output: str, log=print):
-    """Simulate a batch's missing or damaged stores, then write its manifest (store names, by cell id)."""
+    """Simulate a batch's missing or damaged stores, then write its manifest: the stores it finished
+    (names by cell id) and the cells that failed (errors by cell id). The job succeeds with failed
+    cells: they are missing from the figures, listed in their captions, retried by the next run."""
     from .cell import Cell
     from .sweep import run_batch
 
     cells = [Cell(**fields) for fields in json.loads(cells_json)]
-    paths = run_batch(cells, stores, log=log, provenance={"batch": batch, **provenance(config)})
+    result = run_batch(cells, stores, log=log, provenance={"batch": batch, **provenance(config)})
     Path(output).write_text(json.dumps({
         "batch": batch,
-        "stores": {cell_id(c): p.name for c, p in zip(cells, paths, strict=True)},
+        "stores": {cell_id(c): p.name for c, p in zip(cells, result.paths, strict=True)
+                   if cell_id(c) not in result.failed},
+        "failed": result.failed,
     }, indent=1))
+
+
+def failed_cells(sweep: Sweep) -> dict[str, str]:
+    """Every cell the batches' manifests record as failed: cell id -> error."""
+    found = {}
+    for batch in sweep.batches:
+        try:
+            found.update(json.loads(Path(manifest(sweep.results, batch)).read_text()).get("failed") or {})
+        except (OSError, ValueError, AttributeError):
+            continue
+    return found
+
+
+def failure_report(sweep: Sweep) -> str | None:
+    """The one line a run ends with when cells failed (None when none did)."""
+    failed = failed_cells(sweep)
+    if not failed:
+        return None
+    ids = set(failed)
+    where = [f"{name} {sum(cell_id(p.cell) in ids for p in points)}" for name, points in sweep.points.items()
+             if any(cell_id(p.cell) in ids for p in points)]
+    first = min(failed.values())
+    return (f"attnflow: {len(failed)} cells failed ({', '.join(where)} grid points, missing in those "
+            "figures and listed in their captions); `attnflow status` shows their errors, the next "
+            f"`snakemake` retries them once; first: {first if len(first) < 300 else first[:300] + '...'}")
 
 
 def aggregate_job(name: str, spec_json: str, entries_json: str, output: str, scheduler: str,
@@ -193,7 +251,9 @@ def plot_job(summary_path: str, outputs, modules=()):
         render(summary.load(), outputs, source=summary_path, experiment_modules=modules)
 
 
-__all__ = ["ConfigError", "aggregate_job", "batch_params", "figure_paths", "issue_repairs",
+__all__ = ["ConfigError", "aggregate_job", "batch_params", "failed_cells", "failure_report", "figure_caption",
+           "figure_paths",
+           "issue_repairs",
            "issue_summary_tickets", "manifest", "outdated_summaries", "plot_job", "provenance",
            "repair_tickets", "simulate_job", "summary_path", "summary_tickets", "sweep_from_workflow",
            "unhealthy"]

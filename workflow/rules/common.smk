@@ -5,6 +5,8 @@ from attnflow import resources
 from attnflow.workflow import (
     ConfigError,
     batch_params,
+    failure_report,
+    figure_caption,
     issue_repairs,
     issue_summary_tickets,
     manifest,
@@ -40,6 +42,13 @@ wildcard_constraints:
 if not workflow.remote_exec:
     for _batch, _problems in issue_repairs(SWEEP).items():
         for _path, _state in _problems:
+            if _state.status == "failed":
+                print(
+                    f"attnflow: {_path} failed in the last run ({_state.detail}): batch {_batch} "
+                    "retries it once",
+                    file=sys.stderr,
+                )
+                continue
             print(
                 f"attnflow: {_path} is {_state.status}"
                 + (f" ({_state.detail})" if _state.detail else "")
@@ -79,7 +88,7 @@ def experiment_spec(wildcards):
 
 
 def experiment_caption(wildcards):
-    return SWEEP.experiments.get(wildcards.experiment).caption
+    return figure_caption(SWEEP, wildcards.experiment)
 
 
 def experiment_figures(wildcards):
