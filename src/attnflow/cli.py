@@ -44,6 +44,12 @@ def _status(args) -> int:
     for name, why in sweep.skipped.items():
         print(f"attnflow status: skipping experiment {name}: {why}", file=sys.stderr)
     report = sweep_status(sweep)
+    if any(states["corrupt"] for states in report.values()):
+        # What status finds, the workflow must act on: bit rot (same size and time) passes the
+        # start-up check, so the repair tickets are written here, from every byte.
+        from .workflow import issue_repairs
+
+        issue_repairs(sweep, checksums=True)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -105,6 +111,17 @@ def _refine(args) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    """An integer >= 1 (``--rounds 0`` would run the workflow and refine nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attnflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -124,7 +141,7 @@ def main(argv=None) -> int:
                                            "grid and run only the new cells")
     refine.add_argument("experiment")
     refine.add_argument("--configfile", default="config/config.yaml")
-    refine.add_argument("--rounds", type=int, default=1, help="each round halves every bracket")
+    refine.add_argument("--rounds", type=_positive, default=1, help="each round halves every bracket (>= 1)")
     refine.add_argument("--snakefile", help="the workflow to run (default: Snakefile in the working "
                                             "directory)")
     refine.epilog = ("Arguments after -- go to snakemake (default --cores all), e.g. "

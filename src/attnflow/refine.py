@@ -59,6 +59,8 @@ def refine(configfile: str | Path, experiment: str, rounds: int = 1, snakemake_a
     """Refine ``experiment``'s boundary ``rounds`` times; return the refined config's path."""
     from .store import open_verified
 
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError(f"rounds = {rounds!r}: must be at least 1 (each round halves every bracket)")
     snakefile = find_snakefile(snakefile)
     source = Path(configfile)
     config = load(source)

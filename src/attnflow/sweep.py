@@ -196,7 +196,7 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
     """Simulate every cell whose store under ``root`` is not complete; every cell's store path and
     the failures.
 
-    A complete store (its completion record matches, sizes checked) is skipped;
+    A complete store (its completion record matches, every byte checked) is skipped;
     a missing, interrupted, corrupt or stale one (another numerics version) is
     computed again. A cell that fails (``SimulationError``: step budget,
     non-finite values; or an arithmetic error in the compiled code) leaves no
@@ -211,7 +211,9 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
     for i, cell in enumerate(cells, 1):
         path = store_path(root, cell)
         paths.append(path)
-        state = verify_cell(path, checksums=False)
+        # Every byte: a job reads its own stores once. The start-up check reads sizes and
+        # times only; bit rot reaches this job through the ticket `attnflow status` writes.
+        state = verify_cell(path, checksums=True)
         if state.ok:
             log(f"[{i}/{len(cells)}] {path.name}: complete, skipped")
             continue
@@ -230,7 +232,9 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
             continue
         elapsed = time.perf_counter() - start
         ds.attrs.update({"cell_id": cell_id(cell), **store_versions(), **(provenance or {})})
-        fresh = write(ds, path, versions=store_versions())
+        # A store found corrupt is replaced even where the publisher's cheap check (sizes and
+        # times) would take it for complete, as it does bit rot.
+        fresh = write(ds, path, versions=store_versions(), replace=state.status == "corrupt")
         failure_path(root, cell).unlink(missing_ok=True)
         log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
             f"computed in {elapsed:.3f} s, " + ("written" if fresh else "already written by another job"))

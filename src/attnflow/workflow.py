@@ -30,13 +30,14 @@ def manifest(results: str | Path, batch: str) -> str:
     return str(Path(results) / "manifests" / f"{batch}.json")
 
 
-def unhealthy(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
+def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Batches whose manifest lists a store that is now missing, does not match its record, or is
     stale (written under another numerics version), or a cell that failed.
 
     Only the stores the manifest lists (what the batch finished): a batch that
     gained cells reruns anyway, its parameters changed. Sizes and the bytes of
-    files written since the record: cheap enough for every start of the workflow.
+    files written since the record: cheap enough for every start of the workflow;
+    ``checksums`` reads every byte (``attnflow status``, which so finds bit rot).
     A failed cell (state ``failed``, its error as detail) is retried once per
     run: its ticket is tied to the manifest's time, which the retry renews.
     """
@@ -51,7 +52,7 @@ def unhealthy(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
             continue  # no manifest (the batch runs anyway) or an unreadable one
         stores = [str(sweep.stores / name) for name in names]  # wherever the results dir now is
         problems = [(store, state) for store in stores
-                    if not (state := verify_cell(store, checksums=False)).ok]
+                    if not (state := verify_cell(store, checksums=checksums)).ok]
         problems += [(str(sweep.stores / f"{cid}{STORE_SUFFIX}"), StoreState("failed", str(error)))
                      for cid, error in sorted(failed.items())]
         if problems:
@@ -59,7 +60,7 @@ def unhealthy(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
     return found
 
 
-def issue_repairs(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
+def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Write a repair ticket for every finished batch with a damaged store; return the damage.
 
     A ticket (``results/repairs/<batch>/<digest>.ticket``, the damage as JSON) is an
@@ -67,8 +68,10 @@ def issue_repairs(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
     job, which recomputes the damaged stores alone. The digest covers the damage
     and the manifest's time, so a dry run and the run after it share one ticket,
     and a later damage gets a new one. Tickets stay as a record of what was healed.
+    ``checksums``: every byte read (``attnflow status`` does, so that the workflow
+    recomputes the bit rot status reports, which sizes and times cannot see).
     """
-    damage = unhealthy(sweep)
+    damage = unhealthy(sweep, checksums)
     for batch, problems in damage.items():
         seen = Path(manifest(sweep.results, batch)).stat().st_mtime_ns
         _write_ticket(repair_dir(sweep.results, batch), {

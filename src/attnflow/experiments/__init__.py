@@ -245,6 +245,14 @@ def _module_experiments(module_names: Iterable[str]) -> list[Experiment]:
             module = importlib.import_module(module_name)
         except ImportError as err:
             raise ConfigError(f"experiment_modules: cannot import {module_name!r}: {err}") from None
+        except Exception as err:  # the module itself is broken: name it, not a traceback from inside
+            where = ""
+            tb = err.__traceback__
+            while tb is not None:
+                where = f" ({tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno})"
+                tb = tb.tb_next
+            raise ConfigError(f"experiment_modules: importing {module_name!r} failed: "
+                              f"{type(err).__name__}: {err}{where}") from None
         experiment = getattr(module, "EXPERIMENT", None)
         if not isinstance(experiment, Experiment):
             raise ConfigError(f"experiment_modules: {module_name!r} defines no EXPERIMENT "
