@@ -99,3 +99,37 @@ def test_a_rerun_retries_failed_cells_once(failing_run):
     assert all(log.count("FAILED: ") == 1 and log.count("complete, skipped") == 2 for log in logs)
     assert {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr")} == stores
     assert (results / "figures" / "beta_star.png").exists()
+
+
+def test_an_arithmetic_error_in_the_compiled_code_fails_the_cell_named(tmp_path, monkeypatch):
+    """numba reports a ZeroDivisionError inside the compiled loop as SystemError: the cell fails,
+    named, and the batch goes on (it is not left "missing")."""
+    import attnflow.simulation as simulation
+
+    real = simulation.simulate
+
+    def crash(cell, **kwargs):
+        if cell.beta > 10:
+            raise SystemError("<built-in function solve_batch> returned a result with an exception set")
+        return real(cell, **kwargs)
+
+    monkeypatch.setattr(simulation, "simulate", crash)
+    bad = Cell(H=2, n=4, d=4, beta=16.0, attention="usa", heads="block", seeds=1, t_max=0.5)
+    good = Cell(H=2, n=4, d=4, beta=0.5, attention="usa", heads="block", seeds=1, t_max=0.5)
+    result = run_batch([bad, good], tmp_path, log=lambda *_: None)
+    assert result.failed[cell_id(bad)].startswith("cell(H=2, n=4, d=4, beta=16.0, attention='usa'")
+    assert "SystemError in the simulation" in result.failed[cell_id(bad)]
+    assert store_path(tmp_path, good).exists()
+
+
+def test_a_dense_axis_keeps_a_readable_number_of_tick_labels():
+    import matplotlib.pyplot as plt
+
+    from attnflow.plotting import MAX_TICKS, log_ticks
+
+    fig, ax = plt.subplots()
+    values = np.geomspace(0.1, 100, 5000)
+    log_ticks(ax, "x", values)
+    ticks = ax.get_xticks()
+    assert len(ticks) <= MAX_TICKS and ticks[0] == pytest.approx(0.1) and ticks[-1] == pytest.approx(100)
+    plt.close(fig)

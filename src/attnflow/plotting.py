@@ -18,9 +18,16 @@ from .experiments import Spec, registry  # noqa: E402
 sns.set_theme(context="paper", style="whitegrid")
 
 
+MAX_TICKS = 12  # labels per axis: a refined or dense axis keeps a readable subset of its values
+
+
 def log_ticks(ax, axis: str, values) -> None:
-    """Log axis with ticks at the grid values, written plainly."""
-    values = [float(v) for v in values]
+    """Log axis with ticks at the grid values, written plainly; at most ``MAX_TICKS`` of them, evenly
+    spread over the sorted values (the ends kept), so a 5000-value axis stays legible."""
+    values = sorted({float(v) for v in values})
+    if len(values) > MAX_TICKS:
+        keep = np.unique(np.round(np.linspace(0, len(values) - 1, MAX_TICKS)).astype(int))
+        values = [values[i] for i in keep]
     set_scale, set_ticks = (ax.set_xscale, ax.set_xticks) if axis == "x" else (ax.set_yscale, ax.set_yticks)
     set_scale("log")
     set_ticks(values, [f"{v:g}" for v in values])
