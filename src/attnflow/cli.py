@@ -102,8 +102,9 @@ def _refine(args) -> int:
     from .refine import refine
 
     try:
+        named = {"snakefile": args.snakefile} if args.snakefile else {}  # default: the working directory's
         out = refine(args.configfile, args.experiment, args.rounds, args.snakemake_args or ["--cores", "all"],
-                     snakefile=args.snakefile)
+                     **named)
     except (ConfigError, RuntimeError) as err:
         print(f"attnflow refine: {err}", file=sys.stderr)
         return 2
