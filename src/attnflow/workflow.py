@@ -108,7 +108,8 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
     intermediate file deleted under an output that stays. So: a summary built
     under another numerics or reduction version (stale); a summary deleted
     while its figure stays; the manifest of a batch that ran (its stores are
-    there) deleted while the summary stays. Each gets a ticket (``summary_tickets``) -> experiment: why.
+    there) deleted while the summary stays. Returns experiment -> why; each gets
+    a ticket (``issue_summary_tickets``).
     """
     found = {}
     for name in sweep.specs:
@@ -141,10 +142,12 @@ def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
     manifest is missing). Shared by a dry run and the run after it, like repair tickets."""
     found = outdated_summaries(sweep)
     for name, why in found.items():
-        summary = summary_path(sweep.results, name)
-        seen = summary.stat().st_mtime_ns if summary.exists() else 0
+        # The times of the summary and figures: the same damage again, after a rebuild, gets a
+        # new ticket (newer than what the rebuild wrote).
+        outputs = (summary_path(sweep.results, name), *figure_paths(sweep.results, name))
+        seen = {p.name: p.stat().st_mtime_ns for p in outputs if p.exists()}
         _write_ticket(summary_ticket_dir(sweep.results, name),
-                      {"experiment": name, "why": why, "summary_mtime_ns": seen})
+                      {"experiment": name, "why": why, "mtime_ns": seen})
     return found
 
 
