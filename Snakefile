@@ -5,8 +5,10 @@ min_version("9.0")
 
 
 # The default config, unless one is given with --configfile (which would otherwise
-# be merged into it key by key, mixing two grids).
-if not config:
+# be merged into it key by key, mixing two grids). Not `if not config`: --config
+# fills `config` before this line, and its values go on top of the default config
+# (Snakemake reapplies them after loading the file).
+if not workflow.configfiles:
 
     configfile: "config/config.yaml"
 
@@ -26,3 +28,10 @@ rule all:
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/plot.smk"
+
+
+# The run ends with one line on the cells that failed (missing in the figures), if any.
+onsuccess:
+    _failures = failure_report(SWEEP)
+    if _failures:
+        print(_failures, file=sys.stderr)

@@ -5,7 +5,11 @@ lazily (only the variables the reduction touches are read) and reduced by the
 experiment to a few quantities per cell. The tasks run on the chosen scheduler
 (threads, or a dask.distributed cluster); their results are stacked along the
 experiment's grid axes with an explicit outer join, so a missing cell is NaN,
-never dropped, and listed. A corrupt store stops the aggregation, named.
+never dropped, and listed. A corrupt store stops the aggregation, named; so
+do stores written under another numerics version (stale): a summary never
+mixes versions. A summary records the numerics version of its stores and the
+version of its experiment's reduction; the workflow rebuilds one whose
+versions are not the current ones.
 (Building one lazy dask graph over every store's reduction was measured
 slower: 6.5 s of graph construction for 96 small stores against 1 s of work.)
 """
@@ -13,6 +17,7 @@ slower: 6.5 s of graph construction for 96 small stores against 1 s of work.)
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,8 +27,9 @@ import xarray as xr
 
 from . import __version__
 from .experiments import Experiment, Spec
-from .store import CorruptStore, open_verified, quarantine, verify
+from .store import CorruptStore, StaleStore, open_verified, quarantine
 from .store import write as write_store
+from .sweep import describe_failures, failure_of, store_versions, summary_versions, verify_cell
 
 
 @contextlib.contextmanager
@@ -51,7 +57,8 @@ def _reduce_store(experiment: Experiment, coords: dict, path: str) -> xr.Dataset
     run recomputes it) and stops the aggregation, named.
     """
     try:
-        ds = open_verified(path, chunks=None)  # lazily indexed numpy: one task per store
+        # Lazily indexed numpy: one task per store.
+        ds = open_verified(path, expect=store_versions(), chunks=None)
     except CorruptStore as err:
         aside = quarantine(path)
         raise CorruptStore(f"{err}; moved to {aside.name}, the next `snakemake` recomputes it") from None
@@ -69,14 +76,22 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
 
     Grid axes become dimensions; a cell whose store is missing is NaN in every
     variable and listed in ``attrs['missing_cells']``; a corrupt store raises
-    ``CorruptStore`` naming it.
+    ``CorruptStore`` naming it; stores of another numerics version raise
+    ``StaleStore`` naming them (never mixed with current ones).
     """
     axes = list(entries[0][0]) if entries else []
-    states = {path: verify(path, checksums=False) for path in dict.fromkeys(p for _, p in entries)}
+    states = {path: verify_cell(path, checksums=False) for path in dict.fromkeys(p for _, p in entries)}
     for path, state in states.items():
         if state.status == "corrupt":
             raise CorruptStore(f"{path}: corrupt ({state.detail}); the next `snakemake` recomputes it")
+    stale = sorted(path for path, state in states.items() if state.status == "stale")
+    if stale:
+        raise StaleStore(f"{experiment.name}: {len(stale)} stores are stale ({states[stale[0]].detail}): "
+                         + ", ".join(stale) + "; a summary never mixes numerics versions, the next "
+                         "`snakemake` recomputes them")
     missing = sorted({path for _, path in entries if not states[path].ok})
+    failed = [{"coords": coords, "error": record["error"]} for coords, path in entries
+              if not states[path].ok and (record := failure_of(path))]
     tasks = [dask.delayed(_reduce_store)(experiment, coords, path)
              for coords, path in entries if states[path].ok]
     pieces = list(dask.compute(*tasks))
@@ -94,7 +109,7 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     out = out.reindex(grid, fill_value=np.nan)
     out = experiment.derive(experiment.with_axes(out, spec), spec)
     out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing,
-                      **certificate})
+                      "failed_cells": failed, **certificate})
     return out
 
 
@@ -122,18 +137,25 @@ def aggregate(experiment: Experiment, spec: Spec, entries, output, *, scheduler:
     with dask_scheduler(scheduler):
         summary = summarise(experiment, spec, entries)
     missing = summary.attrs.pop("missing_cells")
+    failed = summary.attrs.pop("failed_cells")
+    if failed:
+        print(f"WARNING {experiment.name}: {len(failed)} cells failed (NaN in the summary, listed in the "
+              f"caption): {describe_failures(failed)}")
     if missing:
         print(f"WARNING {experiment.name}: {len(missing)} cells have no store (NaN in the summary): "
               + ", ".join(missing))
     summary.attrs.update({
         "n_missing_cells": len(missing),
         "missing_cells": ", ".join(missing),
+        "n_failed_cells": len(failed),
+        "failed_cells": json.dumps(failed),
         "stores": ", ".join(sorted({p for _, p in entries})),
         "attnflow_version": __version__,
         "experiment_spec": spec.to_json(),
+        **summary_versions(experiment),
         **(provenance or {}),
     })
-    write_store(summary, output, chunks="auto", replace=True)
+    write_store(summary, output, chunks="auto", replace=True, versions=summary_versions(experiment))
     print(f"{experiment.name}: {len(entries)} grid points, {len(missing)} missing -> {output}")
     return summary
 

@@ -7,19 +7,19 @@ import json
 import sys
 from pathlib import Path
 
-STATES = ("done", "missing", "failed", "corrupt", "interrupted")
+STATES = ("done", "missing", "failed", "corrupt", "interrupted", "stale")
 
 
 def sweep_status(sweep) -> dict[str, dict]:
-    """Per experiment: its cells by state, each checked against its completion record (checksums)."""
-    from .store import verify
-    from .sweep import cell_id, failure_path, store_path
+    """Per experiment: its cells by state, each checked against its completion record (checksums) and
+    the current numerics version (``stale``: written under another)."""
+    from .sweep import cell_id, failure_path, store_path, verify_cell
 
     report = {}
     for name, points in sweep.points.items():
         states = {state: {} for state in STATES}
         for cid, point in {cell_id(p.cell): p for p in points}.items():
-            state = verify(store_path(sweep.stores, point.cell))
+            state = verify_cell(store_path(sweep.stores, point.cell))
             if state.status == "missing" and failure_path(sweep.stores, point.cell).exists():
                 error = json.loads(failure_path(sweep.stores, point.cell).read_text())["error"]
                 states["failed"][cid] = error
@@ -64,6 +64,12 @@ def _status(args) -> int:
     for name, why in sweep.skipped.items():
         print(f"attnflow status: skipping experiment {name}: {why}", file=sys.stderr)
     report = sweep_status(sweep)
+    if any(states["corrupt"] for states in report.values()):
+        # What status finds, the workflow must act on: bit rot (same size and time) passes the
+        # start-up check, so the repair tickets are written here, from every byte.
+        from .workflow import issue_repairs
+
+        issue_repairs(sweep, checksums=True)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -73,9 +79,15 @@ def _status(args) -> int:
         print(f"{name:24} {total:6d}" + "".join(f" {len(states[s]):11d}" for s in STATES))
     for name, states in report.items():
         for cid, error in states["failed"].items():
-            print(f"failed {name}/{cid}: {error}")
+            print(f"failed {name}/{cid}: {error} (the next `snakemake` retries it once)")
         for cid, detail in states["corrupt"].items():
             print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+        for cid, detail in states["stale"].items():
+            print(f"stale {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+    from .workflow import outdated_summaries
+
+    for name, why in outdated_summaries(sweep).items():
+        print(f"summary {name}: {why} (the next `snakemake` rebuilds it and its figure)")
     for name, cells in uncertified(sweep, args.certificate_bound).items():
         for cid, value in cells.items():
             print(f"uncertified {name}/{cid}: certificate_error {value:.3g} > {args.certificate_bound:g} "
@@ -118,7 +130,9 @@ def _refine(args) -> int:
     from .refine import refine
 
     try:
-        out = refine(args.configfile, args.experiment, args.rounds, args.snakemake_args or ["--cores", "all"])
+        named = {"snakefile": args.snakefile} if args.snakefile else {}  # default: the working directory's
+        out = refine(args.configfile, args.experiment, args.rounds, args.snakemake_args or ["--cores", "all"],
+                     **named)
     except (ConfigError, RuntimeError) as err:
         print(f"attnflow refine: {err}", file=sys.stderr)
         return 2
@@ -170,6 +184,17 @@ def _plan(args) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    """An integer >= 1 (``--rounds 0`` would run the workflow and refine nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attnflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -192,7 +217,9 @@ def main(argv=None) -> int:
                                            "grid and run only the new cells")
     refine.add_argument("experiment")
     refine.add_argument("--configfile", default="config/config.yaml")
-    refine.add_argument("--rounds", type=int, default=1, help="each round halves every bracket")
+    refine.add_argument("--rounds", type=_positive, default=1, help="each round halves every bracket (>= 1)")
+    refine.add_argument("--snakefile", help="the workflow to run (default: Snakefile in the working "
+                                            "directory)")
     refine.epilog = ("Arguments after -- go to snakemake (default --cores all), e.g. "
                      "attnflow refine beta_star --rounds 3 -- --profile profiles/slurm")
     refine.set_defaults(func=_refine)

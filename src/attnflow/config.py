@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,6 +26,7 @@ from .experiments import ConfigError, registry
 from .observables import GROUPS
 
 SCHEDULERS = ("threads", "synchronous", "distributed")
+SEED_MAX = 2**63 - 1
 TOP_LEVEL = {
     "results": ("results", "output directory (stores, summaries, figures, logs); not empty, not /"),
     "dask_scheduler": ("threads", "aggregation scheduler: threads, synchronous, distributed (a local "
@@ -48,6 +50,8 @@ class _StrictLoader(yaml.SafeLoader):
 def _no_duplicates(loader, node, deep=False):
     seen = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *anchor`: merged keys may be overridden by the explicit ones
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise ConfigError(f"{loader.name}: key {key!r} appears twice (lines {seen[key] + 1} and "
@@ -57,6 +61,19 @@ def _no_duplicates(loader, node, deep=False):
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def _no_octal(loader, node):
+    """An integer written with a leading zero (``010``) is octal to YAML 1.1 (8): refused, not guessed."""
+    text = loader.construct_scalar(node)
+    value = yaml.SafeLoader.construct_yaml_int(loader, node)
+    if re.fullmatch(r"[-+]?0[0-9_]+", text):
+        raise ConfigError(f"{loader.name}: line {node.start_mark.line + 1}: {text} has a leading zero, which "
+                          f"YAML reads as the octal number {value}; write it without the zero")
+    return value
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_octal)
 
 
 def load(path: str | Path) -> dict:
@@ -83,8 +100,10 @@ def load(path: str | Path) -> dict:
 def _field_schema(field: dataclasses.Field) -> dict:
     name = field.name
     if name == "seeds":
-        out = {"oneOf": [{"type": "integer", "minimum": 1},
-                         {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}]}
+        # Seeds seed numpy's generators, which take at most 64 bits: refused here, not after integrating.
+        out = {"oneOf": [{"type": "integer", "minimum": 1, "maximum": SEED_MAX},
+                         {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": SEED_MAX},
+                          "minItems": 1}]}
     elif name == "observables":
         out = {"type": "array", "items": {"type": "string", "enum": list(GROUPS.names())}}
     elif name == "head_subset":
@@ -155,7 +174,20 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         unknown = sorted(set(error.instance) - set(allowed))
         return (f"{where}: unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(allowed)})")
     message = error.message if len(error.message) < 200 else error.message[:200] + "..."
-    return f"{where}: {message}"
+    return f"{where}: {message}{_number_hint(error)}"
+
+
+def _number_hint(error: jsonschema.ValidationError) -> str:
+    """YAML 1.1 reads ``1e-8`` (no dot) as a string: say so where a number was expected."""
+    instance = error.instance
+    if isinstance(instance, str):
+        try:
+            float(instance)
+        except ValueError:
+            return ""
+        return (f" ({instance!r} is a string to YAML: write an exponent with a dot and a sign, "
+                f"e.g. {float(instance):.1e})")
+    return ""
 
 
 # --- validation ------------------------------------------------------------------------------------
@@ -188,9 +220,15 @@ def _canonical(value):
 
 
 def check_grid(name: str, grid: dict) -> None:
+    """Each grid value once (1 and 1.0 are one value), and each a single value: a list (say
+    ``seeds: [[0, 1], [2, 3]]``) would name a batch and a store by its text."""
     for axis, values in grid.items():
         seen = {}
         for value in values:
+            if isinstance(value, (list, tuple, dict)):
+                raise ConfigError(f"experiments.{name}.grid.{axis}: {value!r} is a {type(value).__name__}; "
+                                  "a grid axis takes single values (a list-valued field such as seeds "
+                                  "goes under fixed)")
             key = _canonical(value)
             if key in seen:
                 raise ConfigError(f"experiments.{name}.grid.{axis}: {seen[key]!r} and {value!r} are the "

@@ -12,9 +12,10 @@ def experiments_markdown(experiments=None) -> str:
     lines = [
         "# Experiments",
         "",
-        "Generated from `src/attnflow/experiments/` by `attnflow docs --output docs/experiments.md`;",
-        "a test fails when this file and the modules disagree. The model and every closed form are in",
-        "[model.md](model.md); the config keys in [config/README.md](../config/README.md).",
+        "Generated from `src/attnflow/experiments/` by `attnflow docs --output docs` (which writes",
+        "this page and config.md); a test fails when this file and the modules disagree. The model and",
+        "every closed form are in [model.md](model.md); the config keys in",
+        "[config/README.md](../config/README.md).",
         "",
     ]
     for exp in experiments:

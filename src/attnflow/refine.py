@@ -21,7 +21,20 @@ import yaml
 from .config import load, validate
 from .experiments import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+
+def find_snakefile(snakefile: str | Path | None = None) -> Path:
+    """The workflow ``refine`` runs: ``snakefile`` if given, else ``Snakefile`` in the working directory.
+
+    Never a path beside the package: ``pip install .`` copies the package alone, so
+    the workflow is the one of the working copy the command runs in (the repository
+    root, where every README command runs), as with ``snakemake`` itself.
+    """
+    path = Path(snakefile) if snakefile else Path.cwd() / "Snakefile"
+    if not path.is_file():
+        where = f"{path}" if snakefile else f"no Snakefile in the working directory {Path.cwd()}"
+        raise ConfigError(f"{where}: run attnflow refine from the repository root (where the Snakefile "
+                          "is), or name the workflow with --snakefile")
+    return path
 
 
 def refined_path(configfile: str | Path) -> Path:
@@ -46,7 +59,9 @@ def refine(configfile: str | Path, experiment: str, rounds: int = 1, snakemake_a
     """Refine ``experiment``'s boundary ``rounds`` times; return the refined config's path."""
     from .store import open_verified
 
-    snakefile = Path(snakefile or ROOT / "Snakefile")
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError(f"rounds = {rounds!r}: must be at least 1 (each round halves every bracket)")
+    snakefile = find_snakefile(snakefile)
     source = Path(configfile)
     config = load(source)
     if experiment not in (config.get("experiments") or {}):
@@ -81,4 +96,4 @@ def refine(configfile: str | Path, experiment: str, rounds: int = 1, snakemake_a
     return current
 
 
-__all__ = ["refine", "refined_path"]
+__all__ = ["find_snakefile", "refine", "refined_path"]

@@ -34,9 +34,13 @@ class CorruptStore(RuntimeError):
     """A store that does not match its completion record; the message names it and what differs."""
 
 
+class StaleStore(RuntimeError):
+    """A complete store written under other versions (of the numerics, of a reduction) than the current."""
+
+
 @dataclasses.dataclass(frozen=True)
 class StoreState:
-    status: str  # done | missing | corrupt | interrupted
+    status: str  # done | missing | corrupt | interrupted | stale
     detail: str = ""
 
     @property
@@ -65,13 +69,16 @@ def partials(path: Path) -> list[Path]:
     return sorted(path.parent.glob(path.name + PARTIAL + "*"))
 
 
-def write(ds: xr.Dataset, path: str | Path, *, chunks: str = "whole", replace: bool = False) -> bool:
+def write(ds: xr.Dataset, path: str | Path, *, chunks: str = "whole", replace: bool = False,
+          versions: dict | None = None) -> bool:
     """Write ``ds`` so that ``path`` exists only complete; return False if another writer got there first.
 
     ``chunks="whole"`` stores each variable as one chunk (a store is one cell,
-    read whole). An existing store at ``path`` that is not complete is always
-    replaced; a complete one only with ``replace`` (summaries), otherwise it
-    wins (two writers of one cell write the same numbers).
+    read whole). An existing store at ``path`` that is not complete, or whose
+    record holds other ``versions`` (stale), is always replaced; a complete,
+    current one only with ``replace`` (summaries), otherwise it wins (two
+    writers of one cell write the same numbers). ``versions`` (say the numerics
+    version) go into the completion record, where ``verify(expect=...)`` reads them.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,16 +103,17 @@ def write(ds: xr.Dataset, path: str | Path, *, chunks: str = "whole", replace: b
                           "sha256": hashlib.sha256(data).hexdigest()}
         if os.environ.get("ATTNFLOW_FAULT") == "hang-before-rename":
             time.sleep(3600)  # fault injection for the kill-and-resume test: a writer stuck mid-write
-        _write_record(ds, tmp, files)
-        return _publish(tmp, path, replace)
+        _write_record(ds, tmp, files, versions or {})
+        return _publish(tmp, path, replace, versions or {})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if path.exists():
             _remove_dead_partials(path)
 
 
-def _write_record(ds: xr.Dataset, root: Path, files: dict) -> None:
+def _write_record(ds: xr.Dataset, root: Path, files: dict, versions: dict) -> None:
     record = {
+        **versions,
         "format": _FORMAT,
         "variables": {name: {"shape": list(var.shape), "dtype": str(var.dtype)}
                       for name, var in ds.variables.items()},
@@ -119,12 +127,12 @@ def _write_record(ds: xr.Dataset, root: Path, files: dict) -> None:
     tmp.rename(root / RECORD)
 
 
-def _publish(tmp: Path, path: Path, replace: bool) -> bool:
+def _publish(tmp: Path, path: Path, replace: bool, versions: dict) -> bool:
     for _ in range(3):
         try:
             tmp.rename(path)  # atomic; fails if path exists (and is not empty)
         except OSError:
-            if not replace and verify(path, checksums=False).ok:
+            if not replace and verify(path, checksums=False, expect=versions).ok:
                 return False  # another writer finished first: its store is the same cell
             # A stale, damaged or replaced store: move it aside, then retry.
             trash = path.with_name(f"{path.name}.trash-{uuid.uuid4().hex[:8]}")
@@ -161,13 +169,15 @@ def _remove_dead_partials(path: Path) -> None:
             pass  # alive, another user's
 
 
-def verify(path: str | Path, *, checksums: bool = True) -> StoreState:
+def verify(path: str | Path, *, checksums: bool = True, expect: dict | None = None) -> StoreState:
     """Check a store against its completion record.
 
     ``checksums=False`` is the cheap check the workflow runs at every start:
     sizes, plus the checksum of any file whose modification time is not the
     recorded one (it was written since, or copied without its times). With
-    ``checksums`` every byte is read.
+    ``checksums`` every byte is read. ``expect``: versions the record must hold
+    (a record without one holds none); an intact store that differs is
+    ``stale``, its detail naming the version it was written under.
     """
     path = Path(path)
     if not path.exists():
@@ -195,7 +205,18 @@ def verify(path: str | Path, *, checksums: bool = True) -> StoreState:
     extra = [str(p.relative_to(path)) for p in _files(path) if str(p.relative_to(path)) not in files]
     if extra:
         return StoreState("corrupt", f"unrecorded file {extra[0]}")
+    for key, want in (expect or {}).items():
+        if record.get(key) != want:
+            return StoreState("stale", f"written under {key} {record.get(key)}, now {want}")
     return StoreState("done")
+
+
+def record_of(path: str | Path) -> dict:
+    """A store's completion record (empty if it has none readable)."""
+    try:
+        return json.loads((Path(path) / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _describe(rel: str) -> str:
@@ -215,13 +236,16 @@ def quarantine(path: str | Path) -> Path:
     return aside
 
 
-def open_verified(path: str | Path, **kwargs) -> xr.Dataset:
-    """Open a store after verifying it; ``CorruptStore`` naming it and what differs otherwise."""
-    state = verify(path)
+def open_verified(path: str | Path, expect: dict | None = None, **kwargs) -> xr.Dataset:
+    """Open a store after verifying it; ``CorruptStore`` (``StaleStore`` for other ``expect``ed
+    versions) naming it and what differs otherwise."""
+    state = verify(path, expect=expect)
+    if state.status == "stale":
+        raise StaleStore(f"{path}: stale ({state.detail})")
     if not state.ok:
         raise CorruptStore(f"{path}: {state.status}" + (f" ({state.detail})" if state.detail else ""))
     return xr.open_zarr(path, consolidated=True, **kwargs)
 
 
-__all__ = ["CorruptStore", "RECORD", "StoreState", "open_verified", "partials", "quarantine", "verify",
-           "write"]
+__all__ = ["CorruptStore", "RECORD", "StaleStore", "StoreState", "open_verified", "partials", "quarantine",
+           "record_of", "verify", "write"]

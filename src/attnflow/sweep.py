@@ -19,8 +19,8 @@ from pathlib import Path
 
 from .cell import Cell
 from .experiments import ConfigError, Spec
+from .store import StoreState, write
 from .store import verify as verify_store
-from .store import write
 
 STORE_SUFFIX = ".zarr"
 
@@ -37,6 +37,25 @@ def cell_id(cell: Cell) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def store_versions() -> dict:
+    """What a simulation store's completion record must hold to be current: the numerics version
+    (``attnflow.engine.NUMERICS_VERSION``). A store written under another is ``stale``."""
+    from .engine.version import NUMERICS_VERSION
+
+    return {"numerics_version": NUMERICS_VERSION}
+
+
+def summary_versions(experiment) -> dict:
+    """What a summary's record must hold to be current: its stores' numerics version and its
+    experiment's ``reduction_version``."""
+    return {**store_versions(), "reduction_version": experiment.reduction_version}
+
+
+def verify_cell(path: str | Path, *, checksums: bool = True) -> StoreState:
+    """``store.verify`` of a simulation store, which is also ``stale`` when another numerics wrote it."""
+    return verify_store(path, checksums=checksums, expect=store_versions())
+
+
 def store_path(root: str | Path, cell: Cell) -> Path:
     return Path(root) / f"{cell_id(cell)}{STORE_SUFFIX}"
 
@@ -44,6 +63,24 @@ def store_path(root: str | Path, cell: Cell) -> Path:
 def failure_path(root: str | Path, cell: Cell) -> Path:
     """Where a failed cell's error is recorded (removed once the cell succeeds)."""
     return Path(root) / f"{cell_id(cell)}.failed.json"
+
+
+def failure_of(store: str | Path) -> dict | None:
+    """The failure record beside a simulation store's path (None if its cell has not failed)."""
+    store = Path(store)
+    try:
+        return json.loads(store.with_name(store.name.removesuffix(STORE_SUFFIX) + ".failed.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def describe_failures(failed: list[dict]) -> str:
+    """Failed grid points for a caption: ``coords (error)``, the error without the cell's repetition."""
+    def short(error: str) -> str:
+        return error.split("): ", 1)[1] if error.startswith("cell(") and "): " in error else error
+
+    return "; ".join(", ".join(f"{k}={v}" for k, v in f["coords"].items()) + f" ({short(f['error'])})"
+                     for f in failed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,44 +179,71 @@ class Sweep:
         return sorted(b for b, cells in self.batches.items() if ids & {cell_id(c) for c in cells})
 
 
-def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=None) -> list[Path]:
-    """Simulate every cell whose store under ``root`` is not complete; return all store paths.
+@dataclasses.dataclass
+class BatchResult:
+    """What ``run_batch`` leaves: every cell's store path, and the cells that failed (id -> error)."""
 
-    A complete store (its completion record matches, sizes checked) is skipped;
-    a missing, interrupted or corrupt one is computed again. A cell that fails
-    leaves no store, a ``.failed.json`` record naming it, and stops the batch
-    with ``SimulationError``; cells finished before it keep their stores.
+    paths: list[Path]
+    failed: dict[str, str]
+
+
+# Errors that fail one cell, named, and let its batch go on: the simulation's own, and the
+# arithmetic ones the compiled code can still raise (numba reports some as SystemError).
+CELL_ERRORS = (ArithmeticError, SystemError)
+
+
+def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=None) -> BatchResult:
+    """Simulate every cell whose store under ``root`` is not complete; every cell's store path and
+    the failures.
+
+    A complete store (its completion record matches, every byte checked) is skipped;
+    a missing, interrupted, corrupt or stale one (another numerics version) is
+    computed again. A cell that fails (``SimulationError``: step budget,
+    non-finite values; or an arithmetic error in the compiled code) leaves no
+    store and a ``.failed.json`` record with its error, and the batch goes on:
+    one bad cell costs its own point of the figure, not the figure.
     """
-    from .simulation import SimulationError, simulate  # the engine loads only where it runs
+    from .simulation import SimulationError, describe, simulate  # the engine loads only where it runs
 
-    paths = []
+    paths, failed = [], {}
     cells = list(cells)
     Path(root).mkdir(parents=True, exist_ok=True)
     for i, cell in enumerate(cells, 1):
         path = store_path(root, cell)
         paths.append(path)
-        state = verify_store(path, checksums=False)
+        # Every byte: a job reads its own stores once. The start-up check reads sizes and
+        # times only; bit rot reaches this job through the ticket `attnflow status` writes.
+        state = verify_cell(path, checksums=True)
         if state.ok:
             log(f"[{i}/{len(cells)}] {path.name}: complete, skipped")
             continue
-        if state.status == "corrupt":
-            log(f"[{i}/{len(cells)}] {path.name}: corrupt ({state.detail}), recomputing")
+        if state.status in ("corrupt", "stale"):
+            log(f"[{i}/{len(cells)}] {path.name}: {state.status} ({state.detail}), recomputing")
         start = time.perf_counter()
         try:
             ds = simulate(cell)
-        except SimulationError as err:
+        except (SimulationError, *CELL_ERRORS) as err:
+            error = str(err) if isinstance(err, SimulationError) else \
+                f"{describe(cell)}: {type(err).__name__} in the simulation: {err}"
             failure_path(root, cell).write_text(json.dumps(
-                {"cell_id": cell_id(cell), "cell": cell.to_dict(), "error": str(err)}, indent=1))
-            log(f"[{i}/{len(cells)}] {path.name}: FAILED: {err}")
-            raise
+                {"cell_id": cell_id(cell), "cell": cell.to_dict(), "error": error}, indent=1))
+            failed[cell_id(cell)] = error
+            log(f"[{i}/{len(cells)}] {path.name}: FAILED: {error}")
+            continue
         elapsed = time.perf_counter() - start
-        ds.attrs.update({"cell_id": cell_id(cell), **(provenance or {})})
-        fresh = write(ds, path)
+        ds.attrs.update({"cell_id": cell_id(cell), **store_versions(), **(provenance or {})})
+        # A store found corrupt is replaced even where the publisher's cheap check (sizes and
+        # times) would take it for complete, as it does bit rot.
+        fresh = write(ds, path, versions=store_versions(), replace=state.status == "corrupt")
         failure_path(root, cell).unlink(missing_ok=True)
         log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
             f"computed in {elapsed:.3f} s, " + ("written" if fresh else "already written by another job"))
-    return paths
+    if failed:
+        log(f"{len(failed)} of {len(cells)} cells FAILED (recorded in the manifest; the next snakemake "
+            "retries them once)")
+    return BatchResult(paths, failed)
 
 
-__all__ = ["Point", "STORE_SUFFIX", "Sweep", "cell_id", "config_digest", "failure_path", "run_batch",
-           "spec_points", "store_path"]
+__all__ = ["BatchResult", "CELL_ERRORS", "Point", "STORE_SUFFIX", "Sweep", "cell_id", "config_digest",
+           "describe_failures", "failure_of", "failure_path", "run_batch", "spec_points", "store_path",
+           "store_versions", "summary_versions", "verify_cell"]

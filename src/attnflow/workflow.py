@@ -15,8 +15,8 @@ from . import __version__
 from .config import load as load_config
 from .config import validate
 from .experiments import ConfigError, Spec
-from .store import StoreState, verify
-from .sweep import Sweep, cell_id, config_digest
+from .store import StoreState, record_of
+from .sweep import STORE_SUFFIX, Sweep, cell_id, config_digest, store_path, summary_versions, verify_cell
 
 
 def sweep_from_workflow(config: dict, configfiles=()) -> Sweep:
@@ -30,29 +30,37 @@ def manifest(results: str | Path, batch: str) -> str:
     return str(Path(results) / "manifests" / f"{batch}.json")
 
 
-def unhealthy(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
-    """Batches whose manifest lists a store that is now missing or does not match its record.
+def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
+    """Batches whose manifest lists a store that is now missing, does not match its record, or is
+    stale (written under another numerics version), or a cell that failed.
 
     Only the stores the manifest lists (what the batch finished): a batch that
     gained cells reruns anyway, its parameters changed. Sizes and the bytes of
-    files written since the record: cheap enough for every start of the workflow.
+    files written since the record: cheap enough for every start of the workflow;
+    ``checksums`` reads every byte (``attnflow status``, which so finds bit rot).
+    A failed cell (state ``failed``, its error as detail) is retried once per
+    run: its ticket is tied to the manifest's time, which the retry renews.
     """
     found = {}
     for batch in sweep.batches:
         path = Path(manifest(sweep.results, batch))
         try:
-            names = json.loads(path.read_text())["stores"].values()
+            record = json.loads(path.read_text())
+            names = record["stores"].values()
+            failed = dict(record.get("failed") or {})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # no manifest (the batch runs anyway) or an unreadable one
         stores = [str(sweep.stores / name) for name in names]  # wherever the results dir now is
         problems = [(store, state) for store in stores
-                    if not (state := verify(store, checksums=False)).ok]
+                    if not (state := verify_cell(store, checksums=checksums)).ok]
+        problems += [(str(sweep.stores / f"{cid}{STORE_SUFFIX}"), StoreState("failed", str(error)))
+                     for cid, error in sorted(failed.items())]
         if problems:
             found[batch] = problems
     return found
 
 
-def issue_repairs(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
+def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Write a repair ticket for every finished batch with a damaged store; return the damage.
 
     A ticket (``results/repairs/<batch>/<digest>.ticket``, the damage as JSON) is an
@@ -60,22 +68,113 @@ def issue_repairs(sweep: Sweep) -> dict[str, list[tuple[str, StoreState]]]:
     job, which recomputes the damaged stores alone. The digest covers the damage
     and the manifest's time, so a dry run and the run after it share one ticket,
     and a later damage gets a new one. Tickets stay as a record of what was healed.
+    ``checksums``: every byte read (``attnflow status`` does, so that the workflow
+    recomputes the bit rot status reports, which sizes and times cannot see).
     """
-    damage = unhealthy(sweep)
+    damage = unhealthy(sweep, checksums)
     for batch, problems in damage.items():
         seen = Path(manifest(sweep.results, batch)).stat().st_mtime_ns
-        record = {"manifest_mtime_ns": seen,
-                  "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]}
-        text = json.dumps(record, indent=1, sort_keys=True)
-        ticket = repair_dir(sweep.results, batch) / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"
-        if not ticket.exists():
-            ticket.parent.mkdir(parents=True, exist_ok=True)
-            ticket.write_text(text)
+        _write_ticket(repair_dir(sweep.results, batch), {
+            "manifest_mtime_ns": seen,
+            "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]})
     return damage
+
+
+def _write_ticket(directory: Path, record: dict) -> None:
+    """``<directory>/<digest of record>.ticket``, unless that ticket exists (a dry run wrote it)."""
+    text = json.dumps(record, indent=1, sort_keys=True)
+    ticket = directory / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"
+    if not ticket.exists():
+        ticket.parent.mkdir(parents=True, exist_ok=True)
+        ticket.write_text(text)
 
 
 def repair_dir(results: str | Path, batch: str) -> Path:
     return Path(results) / "repairs" / batch
+
+
+def summary_path(results: str | Path, experiment: str) -> Path:
+    return Path(results) / "summaries" / f"{experiment}.zarr"
+
+
+def figure_paths(results: str | Path, experiment: str) -> list[Path]:
+    return [Path(results) / "figures" / f"{experiment}.{ext}" for ext in ("png", "pdf")]
+
+
+def outdated_summaries(sweep: Sweep) -> dict[str, str]:
+    """Experiments whose summary must be rebuilt (with its figure) where Snakemake sees nothing to do.
+
+    Snakemake compares times, not versions, and does not rerun a job for an
+    intermediate file deleted under an output that stays. So: a summary built
+    under another numerics or reduction version (stale); a summary deleted
+    while its figure stays; the manifest of a batch that ran (its stores are
+    there) deleted while the summary stays. Returns experiment -> why; each gets
+    a ticket (``issue_summary_tickets``).
+    """
+    found = {}
+    for name in sweep.specs:
+        summary = summary_path(sweep.results, name)
+        if summary.exists():
+            record = record_of(summary)
+            differ = [f"{key} {record.get(key)}, now {want}"
+                      for key, want in summary_versions(sweep.experiments.get(name)).items()
+                      if record.get(key) != want]
+            gone = [b for b in sweep.batches_of(name) if _manifest_deleted(sweep, b)]
+            if differ:
+                found[name] = "stale (built under " + "; ".join(differ) + ")"
+            elif gone:
+                found[name] = f"built from batch {gone[0]}, whose manifest is missing"
+        elif any(p.exists() for p in figure_paths(sweep.results, name)):
+            found[name] = "missing while its figure stays"
+    return found
+
+
+def _manifest_deleted(sweep: Sweep, batch: str) -> bool:
+    """A batch that ran (every cell has its store) but whose manifest is gone; a batch that never
+    ran (new cells, say a value added to an axis) runs anyway."""
+    return not Path(manifest(sweep.results, batch)).exists() and all(
+        store_path(sweep.stores, cell).exists() for cell in sweep.batches[batch])
+
+
+def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
+    """A ticket for every outdated summary (``outdated_summaries``), an input of its aggregate and plot
+    jobs, newer than both: Snakemake rebuilds the summary and its figure (and first any batch whose
+    manifest is missing). Shared by a dry run and the run after it, like repair tickets."""
+    found = outdated_summaries(sweep)
+    for name, why in found.items():
+        # The times of the summary and figures: the same damage again, after a rebuild, gets a
+        # new ticket (newer than what the rebuild wrote).
+        outputs = (summary_path(sweep.results, name), *figure_paths(sweep.results, name))
+        seen = {p.name: p.stat().st_mtime_ns for p in outputs if p.exists()}
+        _write_ticket(summary_ticket_dir(sweep.results, name),
+                      {"experiment": name, "why": why, "mtime_ns": seen})
+    return found
+
+
+def figure_caption(sweep: Sweep, experiment: str) -> str:
+    """The report caption of an experiment's figure: the experiment's, then the failed cells its
+    summary lists (missing in the figure), read from the summary's attributes."""
+    from .sweep import describe_failures
+
+    caption = sweep.experiments.get(experiment).caption
+    try:
+        attrs = json.loads((summary_path(sweep.results, experiment) / ".zattrs").read_text())
+        failed = json.loads(attrs.get("failed_cells") or "[]")
+    except (OSError, ValueError, TypeError):
+        failed = []
+    if not failed:
+        return caption
+    return f"{caption} Failed cells (missing in the figure): {describe_failures(failed)}."
+
+
+def summary_ticket_dir(results: str | Path, experiment: str) -> Path:
+    # "_summaries": no batch name holds "_", so no batch's repair directory is this one.
+    return Path(results) / "repairs" / "_summaries" / experiment
+
+
+def summary_tickets(results: str | Path, experiment: str) -> list[str]:
+    """Every ticket issued for an experiment's summary: inputs of its aggregate and plot jobs."""
+    return sorted(str(p) for p in summary_ticket_dir(results, experiment).glob("*.ticket"))
 
 
 def repair_tickets(results: str | Path, batch: str) -> list[str]:
@@ -96,16 +195,45 @@ def provenance(config: dict) -> dict:
 
 
 def simulate_job(cells_json: str, stores: str, batch: str, config: dict, output: str, log=print):
-    """Simulate a batch's missing or damaged stores, then write its manifest (store names, by cell id)."""
+    """Simulate a batch's missing or damaged stores, then write its manifest: the stores it finished
+    (names by cell id) and the cells that failed (errors by cell id). The job succeeds with failed
+    cells: they are missing from the figures, listed in their captions, retried by the next run."""
     from .cell import Cell
     from .sweep import run_batch
 
     cells = [Cell(**fields) for fields in json.loads(cells_json)]
-    paths = run_batch(cells, stores, log=log, provenance={"batch": batch, **provenance(config)})
+    result = run_batch(cells, stores, log=log, provenance={"batch": batch, **provenance(config)})
     Path(output).write_text(json.dumps({
         "batch": batch,
-        "stores": {cell_id(c): p.name for c, p in zip(cells, paths, strict=True)},
+        "stores": {cell_id(c): p.name for c, p in zip(cells, result.paths, strict=True)
+                   if cell_id(c) not in result.failed},
+        "failed": result.failed,
     }, indent=1))
+
+
+def failed_cells(sweep: Sweep) -> dict[str, str]:
+    """Every cell the batches' manifests record as failed: cell id -> error."""
+    found = {}
+    for batch in sweep.batches:
+        try:
+            found.update(json.loads(Path(manifest(sweep.results, batch)).read_text()).get("failed") or {})
+        except (OSError, ValueError, AttributeError):
+            continue
+    return found
+
+
+def failure_report(sweep: Sweep) -> str | None:
+    """The one line a run ends with when cells failed (None when none did)."""
+    failed = failed_cells(sweep)
+    if not failed:
+        return None
+    ids = set(failed)
+    where = [f"{name} {sum(cell_id(p.cell) in ids for p in points)}" for name, points in sweep.points.items()
+             if any(cell_id(p.cell) in ids for p in points)]
+    first = min(failed.values())
+    return (f"attnflow: {len(failed)} cells failed ({', '.join(where)} grid points, missing in those "
+            "figures and listed in their captions); `attnflow status` shows their errors, the next "
+            f"`snakemake` retries them once; first: {first if len(first) < 300 else first[:300] + '...'}")
 
 
 def aggregate_job(name: str, spec_json: str, entries_json: str, output: str, scheduler: str,
@@ -129,5 +257,9 @@ def plot_job(summary_path: str, outputs, modules=()):
         render(summary.load(), outputs, source=summary_path, experiment_modules=modules)
 
 
-__all__ = ["ConfigError", "aggregate_job", "batch_params", "issue_repairs", "manifest", "plot_job",
-           "provenance", "repair_tickets", "simulate_job", "sweep_from_workflow", "unhealthy"]
+__all__ = ["ConfigError", "aggregate_job", "batch_params", "failed_cells", "failure_report", "figure_caption",
+           "figure_paths",
+           "issue_repairs",
+           "issue_summary_tickets", "manifest", "outdated_summaries", "plot_job", "provenance",
+           "repair_tickets", "simulate_job", "summary_path", "summary_tickets", "sweep_from_workflow",
+           "unhealthy"]

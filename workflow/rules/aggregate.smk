@@ -2,6 +2,7 @@ rule aggregate:
     """Reduce an experiment's stores lazily with dask into one consolidated summary store."""
     input:
         manifests=experiment_manifests,
+        tickets=experiment_tickets,
     output:
         summary=directory(f"{RESULTS}/summaries/{{experiment}}.zarr"),
     params:

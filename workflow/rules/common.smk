@@ -5,9 +5,13 @@ from attnflow import resources
 from attnflow.workflow import (
     ConfigError,
     batch_params,
+    failure_report,
+    figure_caption,
     issue_repairs,
+    issue_summary_tickets,
     manifest,
     repair_tickets,
+    summary_tickets,
     sweep_from_workflow,
 )
 
@@ -38,16 +42,32 @@ wildcard_constraints:
 if not workflow.remote_exec:
     for _batch, _problems in issue_repairs(SWEEP).items():
         for _path, _state in _problems:
+            if _state.status == "failed":
+                print(
+                    f"attnflow: {_path} failed in the last run ({_state.detail}): batch {_batch} "
+                    "retries it once",
+                    file=sys.stderr,
+                )
+                continue
             print(
                 f"attnflow: {_path} is {_state.status}"
                 + (f" ({_state.detail})" if _state.detail else "")
                 + f": batch {_batch} recomputes it",
                 file=sys.stderr,
             )
+    for _name, _why in issue_summary_tickets(SWEEP).items():
+        print(
+            f"attnflow: the summary of {_name} is {_why}: rebuilt, with its figure",
+            file=sys.stderr,
+        )
 
 
 def batch_repairs(wildcards):
     return repair_tickets(RESULTS, wildcards.batch)
+
+
+def experiment_tickets(wildcards):
+    return summary_tickets(RESULTS, wildcards.experiment)
 
 
 def batch_cells(wildcards):
@@ -68,7 +88,7 @@ def experiment_spec(wildcards):
 
 
 def experiment_caption(wildcards):
-    return SWEEP.experiments.get(wildcards.experiment).caption
+    return figure_caption(SWEEP, wildcards.experiment)
 
 
 def experiment_figures(wildcards):

@@ -2,6 +2,7 @@ rule plot:
     """Render an experiment's figure as PNG and PDF."""
     input:
         summary=rules.aggregate.output.summary,
+        tickets=experiment_tickets,
     output:
         png=report(
             f"{RESULTS}/figures/{{experiment}}.png",

@@ -39,6 +39,7 @@ from .dopri import (
 )
 from .field import COMPILED_WEIGHTS, Flow, Form, Heads
 from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, Group, Metric, Outputs
+from .version import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 
 __all__ = ["EngineResult", "IntegrationError", "check_compiled", "observe", "solve"]
 

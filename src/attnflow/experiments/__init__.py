@@ -103,6 +103,10 @@ class Experiment:
     reading: ClassVar[str]  # how to read the figure, for docs/experiments.md
     # Cell fields the closed form is derived for, fixed at one value: field -> (value, why).
     pinned: ClassVar[dict[str, tuple[object, str]]] = {}
+    # The version of ``reduce`` and ``derive``: bump it with a change that moves a number in
+    # the summary. Summaries record it; the workflow rebuilds (with its figure) one built
+    # under another.
+    reduction_version: ClassVar[int] = 1
 
     # --- configuration -------------------------------------------------------------------------
     def spec(self, block: dict | None, defaults: dict | None = None) -> Spec:
@@ -264,6 +268,14 @@ def _module_experiments(module_names: Iterable[str]) -> list[Experiment]:
             module = importlib.import_module(module_name)
         except ImportError as err:
             raise ConfigError(f"experiment_modules: cannot import {module_name!r}: {err}") from None
+        except Exception as err:  # the module itself is broken: name it, not a traceback from inside
+            where = ""
+            tb = err.__traceback__
+            while tb is not None:
+                where = f" ({tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno})"
+                tb = tb.tb_next
+            raise ConfigError(f"experiment_modules: importing {module_name!r} failed: "
+                              f"{type(err).__name__}: {err}{where}") from None
         experiment = getattr(module, "EXPERIMENT", None)
         if not isinstance(experiment, Experiment):
             raise ConfigError(f"experiment_modules: {module_name!r} defines no EXPERIMENT "

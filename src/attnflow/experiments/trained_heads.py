@@ -8,7 +8,7 @@ import xarray as xr
 from matplotlib.lines import Line2D
 
 from ..plotting import log_edges, log_ticks
-from . import Axis, Experiment
+from . import Axis, ConfigError, Experiment
 from ._common import all_heads_monotone, before_cluster
 from .beta_star import grid_threshold
 
@@ -51,12 +51,16 @@ class TrainedHeads(Experiment):
         return summary.frac_mono_path, 0.5
 
     def unavailable(self, spec) -> str | None:
-        from ..trained import WeightsError, resolve
+        """Skipped only when the optional MiniLM package is not installed; a weights file the
+        config names that does not exist is the user's mistake, an error."""
+        from ..trained import PACKAGED, WeightsError, resolve
 
         try:
             resolve(spec.fixed["weights"])
         except WeightsError as err:
-            return str(err)
+            if spec.fixed["weights"] == PACKAGED:
+                return str(err)
+            raise ConfigError(f"experiments.{self.name}.fixed.weights: {err}") from None
         return None
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:

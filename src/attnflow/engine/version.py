@@ -1,0 +1,13 @@
+"""The version of the numbers the engine computes.
+
+Bump ``NUMERICS_VERSION`` with any change that moves a computed number (a new
+step-size rule, another interpolant for ``t_cluster``, a reordered sum): every
+store records the version it was written under, and a store of another version
+is ``stale``, recomputed by the next ``snakemake`` and never mixed into a
+summary with current ones. ``tests/test_numerics_version.py`` holds golden
+values of a few cells and fails when they change while this stays the same.
+"""
+
+NUMERICS_VERSION = 1
+
+__all__ = ["NUMERICS_VERSION"]

@@ -1,0 +1,107 @@
+"""Config and command-line mistakes refused before any job, each one line naming the key (issue 16)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from sweep_helpers import set_dotted
+
+from attnflow.cli import main as attnflow_main
+from attnflow.config import ConfigError, load, validate
+
+BASE = {
+    "results": "out",
+    "experiments": {"beta_star": {
+        "fixed": {"heads": "block", "d": 4, "seeds": 2, "t_max": 1.0},
+        "grid": {"H": [2], "n": [4, 6], "beta": [0.5, 1.0]},
+        "batch_over": ["beta"],
+    }},
+}
+
+
+def _with(**edits):
+    cfg = copy.deepcopy(BASE)
+    for path, value in edits.items():
+        set_dotted(cfg, path, value)
+    return cfg
+
+
+@pytest.mark.parametrize("edits, match", [
+    # A list on a grid axis would name batches and stores by its text ("[0, 1]").
+    ({"experiments.beta_star.grid.seeds": [[0, 1], [2, 3]]},
+     r"^experiments\.beta_star\.grid\.seeds: \[0, 1\] is a list; a grid axis takes single values"),
+    # Seeds seed 64-bit generators: refused here, not with OverflowError after integrating.
+    ({"experiments.beta_star.fixed.seeds": [0, 2**63]}, r"^experiments\.beta_star\.fixed\.seeds"),
+    ({"experiments.beta_star.fixed.seeds": 2**64}, r"^experiments\.beta_star\.fixed\.seeds"),
+    ({"experiments.beta_star.grid.seeds": [2**63]}, r"^experiments\.beta_star\.grid\.seeds"),
+    # YAML 1.1 reads 1e-8 as a string.
+    ({"experiments.beta_star.fixed.rtol": "1e-8"},
+     r"^experiments\.beta_star\.fixed\.rtol: '1e-8' is not of type 'number' \('1e-8' is a string to YAML: "
+     r"write an exponent with a dot and a sign, e\.g\. 1\.0e-08\)"),
+])
+def test_refused_with_the_key_named(edits, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        validate(_with(**edits), reach_scheduler=False)
+    assert "\n" not in str(err.value)
+
+
+def test_the_largest_seed_is_accepted():
+    validate(_with(**{"experiments.beta_star.fixed.seeds": [0, 2**63 - 1]}), reach_scheduler=False)
+
+
+def test_a_leading_zero_is_refused_not_read_as_octal(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("results: out\nexperiments:\n  beta_star:\n    fixed: {d: 4}\n    grid: {n: [4, 010]}\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: line 5: 010 has a leading zero, which YAML reads as the "
+                                          r"octal number 8; write it without the zero"):
+        load(path)
+    path.write_text("results: out\nexperiments:\n  beta_star:\n    fixed: {d: 4, seeds: 0}\n")
+    assert load(path)["experiments"]["beta_star"]["fixed"]["seeds"] == 0  # a plain 0 is no octal
+
+
+def test_a_yaml_merge_key_is_valid(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("results: out\nx-cell: &cell {heads: block, d: 4, t_max: 1.0}\nexperiments:\n"
+                    "  beta_star:\n    fixed:\n      <<: *cell\n      t_max: 2.0\n")
+    assert load(path)["experiments"]["beta_star"]["fixed"] == {"heads": "block", "d": 4, "t_max": 2.0}
+
+
+def test_a_misspelt_weights_file_is_an_error_not_a_skip(tmp_path):
+    cfg = {"results": "out", "experiments": {"trained_heads": {
+        "fixed": {"weights": str(tmp_path / "modle.safetensors")}}}}
+    with pytest.raises(ConfigError, match=r"^experiments\.trained_heads\.fixed\.weights: weights = "
+                                          r"'.*modle\.safetensors': no such file"):
+        validate(cfg, reach_scheduler=False)
+
+
+def test_a_broken_experiment_module_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "broken_experiment.py").write_text("import math\nEXPERIMENT = math.nope\n")
+    (tmp_path / "wrong_experiment.py").write_text("EXPERIMENT = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module, match in [
+        ("broken_experiment", r"^experiment_modules: importing 'broken_experiment' failed: AttributeError: "
+                              r"module 'math' has no attribute 'nope' \(.*broken_experiment\.py, line 2\)$"),
+        ("wrong_experiment", r"^experiment_modules: 'wrong_experiment' defines no EXPERIMENT"),
+        ("no_such_experiment_module", r"^experiment_modules: cannot import 'no_such_experiment_module'"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            validate({**BASE, "experiment_modules": [module]}, reach_scheduler=False)
+
+
+def test_a_broken_experiment_module_in_status_is_no_traceback(tmp_path, monkeypatch, capsys):
+    (tmp_path / "broken_experiment.py").write_text("raise RuntimeError('half-written module')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "c.yaml"
+    config.write_text("results: out\nexperiment_modules: [broken_experiment]\nexperiments: {energy: {}}\n")
+    assert attnflow_main(["status", "--configfile", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "RuntimeError: half-written module" in err
+
+
+@pytest.mark.parametrize("rounds", ["0", "-1", "two"])
+def test_refine_refuses_rounds_below_one(rounds, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        attnflow_main(["refine", "beta_star", "--rounds", rounds])
+    assert exit_.value.code == 2
+    assert "--rounds" in capsys.readouterr().err

