@@ -42,7 +42,8 @@ class Crossover(Experiment):
                   "t_max": 100.0, "n_samples": 2, "seeds": 8, "rtol": 1e-10, "atol": 1e-13},
         "grid": {"attention": ["softmax", "relu"], "init": ["equiangular_typical", "uniform"],
                  "cluster_threshold": [0.5, 0.9, 0.99, 0.999], "beta": [0.5, 1.0, 2.0, 4.0, 8.0]},
-        "batch_over": ["beta", "cluster_threshold"],
+        # One job: the cells cost milliseconds, a job's start-up seconds.
+        "batch_over": ["attention", "init", "beta", "cluster_threshold"],
     }
     caption = ("Result 11: T_relu / T_softmax, the ratio of the times for the mean cosine to reach gamma1, "
                "over (beta, gamma1), equal scalar heads. Background: the closed form (ratio of the exact "

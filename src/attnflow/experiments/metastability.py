@@ -102,7 +102,7 @@ class Metastability(Experiment):
                   # Long horizons: at rtol 1e-6 the certificate reads 7e-4 (gamma_min); 1e-8 certifies.
                   "rtol": 1e-8, "atol": 1e-11},
         "grid": {"H": [1, 2], "d": [2], "beta": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0]},
-        "batch_over": ["beta"],
+        "batch_over": ["H", "d", "beta"],  # one job in the default grid
     }
     caption = ("Result 10: softmax, scalar heads (with H > 1 of unequal strengths, linear spread, since "
                "equal scalar heads are one head at H times the speed), uniform random tokens. Top: "
