@@ -102,7 +102,8 @@ def attnflow_route(cell, scores, x0, beta, groups, calls=None):
 
     if np.all(beta == beta[0]):
         def run():
-            ds = simulate(cell.replace(observables=list(groups)), x0=None)
+            # The same integration the peers do: without the accuracy certificate's tighter rerun.
+            ds = simulate(cell.replace(observables=list(groups)), x0=None, certify=False)
             count(ds.n_steps.values, ds.n_rejected.values, ds.attrs["solver_rhs_calls"] / cell.n_seeds)
             x = ds.x.values if "x" in ds else None
             return x, ds.n_steps.values, ds.norm_drift.values

@@ -45,7 +45,13 @@ def longest_plateau(times: np.ndarray, counts: np.ndarray) -> tuple[float, bool,
 def growth_fit(beta: np.ndarray, length: np.ndarray, level: float = 0.95) -> dict:
     """Fits of ``log L`` against beta (exponential: ``L ~ e^{rate beta}``) and against ``log beta``
     (power law: ``L ~ beta^power``), least squares over the given runs, with the t-interval of each
-    slope; and which of the two the residuals favour."""
+    slope; and which of the two the data favour.
+
+    The run-to-run scatter at one beta is common to both models, so they are told apart by their lack
+    of fit: the mean squared residual of the per-beta means of ``log L`` (weighted by runs), against
+    the noise of those means (within-beta variance / runs). A model is preferred when its lack of
+    fit is below ``PREFERENCE`` times the other's and the other's exceeds twice the noise.
+    """
     from scipy import stats
 
     ok = np.isfinite(length) & (length > 0)
@@ -54,19 +60,25 @@ def growth_fit(beta: np.ndarray, length: np.ndarray, level: float = 0.95) -> dic
     if np.unique(x).size < 3:
         return {**out, "rate": np.nan, "rate_half": np.nan, "power": np.nan, "power_half": np.nan,
                 "verdict": "too few betas to fit"}
-    residual = {}
-    for key, xs in (("rate", x), ("power", np.log(x))):
+    groups = np.unique(x)
+    counts = np.array([np.sum(x == g) for g in groups])
+    means = np.array([y[x == g].mean() for g in groups])
+    spread = np.array([y[x == g].var(ddof=1) if c > 1 else np.nan
+                       for g, c in zip(groups, counts, strict=True)])
+    noise = np.nanmean(spread / counts) if np.isfinite(spread).any() else 0.0
+    lack = {}
+    for key, xs, gs in (("rate", x, groups), ("power", np.log(x), np.log(groups))):
         fit = stats.linregress(xs, y)
         half = stats.t.ppf(0.5 + level / 2, x.size - 2) * fit.stderr
         out[key], out[f"{key}_half"], out[f"{key}_intercept"] = fit.slope, half, fit.intercept
-        residual[key] = np.mean((y - fit.intercept - fit.slope * xs) ** 2)
-    if residual["rate"] < PREFERENCE * residual["power"]:
+        lack[key] = np.average((means - fit.intercept - fit.slope * gs) ** 2, weights=counts)
+    if lack["rate"] < PREFERENCE * lack["power"] and lack["power"] > 2 * noise:
         out["verdict"] = "looks exponential in beta"
-    elif residual["power"] < PREFERENCE * residual["rate"]:
+    elif lack["power"] < PREFERENCE * lack["rate"] and lack["rate"] > 2 * noise:
         out["verdict"] = "looks like a power of beta"
     else:
         out["verdict"] = "exp and power law fit alike: cannot tell"
-    out["residual_exp"], out["residual_power"] = residual["rate"], residual["power"]
+    out.update({"lack_exp": lack["rate"], "lack_power": lack["power"], "noise": noise})
     return out
 
 
@@ -90,7 +102,7 @@ class Metastability(Experiment):
                   # Long horizons: at rtol 1e-6 the certificate reads 7e-4 (gamma_min); 1e-8 certifies.
                   "rtol": 1e-8, "atol": 1e-11},
         "grid": {"H": [1, 2], "d": [2], "beta": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0]},
-        "batch_over": ["beta"],
+        "batch_over": ["H", "d", "beta"],  # one job in the default grid
     }
     caption = ("Result 10: softmax, scalar heads (with H > 1 of unequal strengths, linear spread, since "
                "equal scalar heads are one head at H times the speed), uniform random tokens. Top: "
