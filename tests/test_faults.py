@@ -97,7 +97,7 @@ def test_failed_cell_is_reported_and_finished_cells_never_recomputed(tmp_path):
     cfg = {
         "results": str(tmp_path / "results"),
         "experiments": {"orthogonality": {
-            "fixed": {"heads": "perturbed_block", "attention": "usa", "geometry": "flat",
+            "fixed": {"heads": "perturbed_block", "attention": "usa", "geometry": "flat", "init": "uniform",
                       "H": 2, "n": 6, "d": 4, "beta": 1.0, "seeds": 2, "n_samples": 11},
             "grid": {"delta": [0.0, 0.1], "t_max": [0.2, 5.0]},
             "batch_over": ["delta", "t_max"],
