@@ -203,6 +203,7 @@ def profile_settings(profile: str | Path | None) -> dict:
 
 
 def _duration(seconds: float) -> str:
+    """A wall time as a person reads it (plan and status alike)."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import resources
-from .plan import JOB_START_SECONDS, MODEL_OVER_MEASURED, SIMULATE_THREADS, cell_states, makespan
+from .plan import JOB_START_SECONDS, MODEL_OVER_MEASURED, SIMULATE_THREADS, _duration, cell_states, makespan
 from .sweep import Sweep, cell_id
 
 
@@ -83,14 +83,6 @@ def render(report: dict[str, Progress], scale: float, measured: int) -> str:
         lines.append(f"progress {name:24} {100 * p.share:5.1f}% ({p.done}/{p.cells} cells), {eta}")
     lines.append(f"progress: simulations only; {basis}")
     return "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 __all__ = ["Progress", "benchmark_seconds", "progress", "render"]
