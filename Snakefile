@@ -30,6 +30,11 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/plot.smk"
 
 
+# Before any job: the results directory's lock (a second controller fails here, running nothing).
+onstart:
+    hold_results()
+
+
 # The run ends with one line on the cells that failed (missing in the figures), if any.
 onsuccess:
     _failures = failure_report(SWEEP)

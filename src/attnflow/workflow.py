@@ -7,14 +7,18 @@ makes it testable without Snakemake.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
+import socket
 from pathlib import Path
 
 from . import __version__
 from .config import load as load_config
 from .config import validate
 from .experiments import ConfigError, Spec
+from .layout import Layout
 from .store import StoreState, record_of
 from .sweep import STORE_SUFFIX, Sweep, cell_id, config_digest, store_path, summary_versions, verify_cell
 
@@ -24,6 +28,78 @@ def sweep_from_workflow(config: dict, configfiles=()) -> Sweep:
     for path in configfiles:
         load_config(path)
     return validate(config)
+
+
+class ResultsBusy(RuntimeError):
+    """Another workflow controller holds the results directory's lock."""
+
+
+# The locks this process holds, by lock path: open file descriptions, kept for the process's lifetime.
+_HELD: dict[Path, int] = {}
+# A controller that runs the workflow itself (``attnflow refine``) passes its lock's file descriptor to
+# the ``snakemake`` it starts under this name: the same open file description, so the child holds it too.
+LOCK_FD_ENV = "ATTNFLOW_RESULTS_LOCK_FD"
+
+
+def lock_results(results: str | Path) -> Path:
+    """Take the results directory's exclusive lock for the rest of this process; return the lock's path.
+
+    Two controllers on one results directory would each run every job (Snakemake's
+    own lock is per working directory, and two working copies share results), and
+    one's summary would overwrite the other's. So the workflow's main process takes
+    ``Layout.lock`` (``flock``, released by the kernel when the process ends, even
+    when killed) and a second controller fails at once, naming the holder. Taking
+    it again in the same process, or in a ``snakemake`` started by a holder that
+    passed its descriptor (``LOCK_FD_ENV``), is a no-op. Raises ``ResultsBusy``.
+    """
+    path = Layout(results).lock
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = path.resolve()
+    if key in _HELD:
+        return path
+    inherited = _inherited_lock(path)
+    if inherited is not None:
+        _HELD[key] = inherited
+        return path
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 200).decode(errors="replace").strip() or "a process that has not written its id"
+        os.close(fd)
+        raise ResultsBusy(f"results directory {Path(results).absolute()} is in use by another attnflow "
+                          f"controller ({holder}; lock {path}): two controllers would run every job twice "
+                          "and overwrite each other's summaries; wait for it to finish or stop it") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
+    _HELD[key] = fd
+    return path
+
+
+def release_results(results: str | Path) -> None:
+    """Give up the lock ``lock_results`` took (``refine`` holds it only while it runs)."""
+    fd = _HELD.pop(Layout(results).lock.resolve(), None)
+    if fd is not None:
+        os.close(fd)  # the last descriptor of the open file description: the lock goes with it
+
+
+def lock_for_child(results: str | Path) -> tuple[dict[str, str], tuple[int]]:
+    """``(environment additions, pass_fds)`` under which a ``snakemake`` this process starts (it holds
+    the lock, see ``lock_results``) shares the lock instead of failing on it."""
+    fd = _HELD[Layout(results).lock.resolve()]
+    return {LOCK_FD_ENV: str(fd)}, (fd,)
+
+
+def _inherited_lock(path: Path) -> int | None:
+    """The descriptor named by ``LOCK_FD_ENV`` if it is this lock file and holds its lock."""
+    try:
+        fd = int(os.environ[LOCK_FD_ENV])
+        if os.path.samestat(os.fstat(fd), os.stat(path)):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by this open file description: succeeds
+            return fd
+    except (KeyError, ValueError, OSError):
+        pass
+    return None
 
 
 def manifest(results: str | Path, batch: str) -> str:
@@ -257,9 +333,9 @@ def plot_job(summary_path: str, outputs, modules=()):
         render(summary.load(), outputs, source=summary_path, experiment_modules=modules)
 
 
-__all__ = ["ConfigError", "aggregate_job", "batch_params", "failed_cells", "failure_report", "figure_caption",
-           "figure_paths",
-           "issue_repairs",
-           "issue_summary_tickets", "manifest", "outdated_summaries", "plot_job", "provenance",
+__all__ = ["LOCK_FD_ENV", "ConfigError", "ResultsBusy", "aggregate_job", "batch_params", "failed_cells",
+           "failure_report", "figure_caption", "figure_paths", "issue_repairs", "issue_summary_tickets",
+           "lock_for_child", "lock_results", "manifest", "outdated_summaries", "plot_job", "provenance",
+           "release_results",
            "repair_tickets", "simulate_job", "summary_path", "summary_tickets", "sweep_from_workflow",
            "unhealthy"]

@@ -4,11 +4,13 @@ import sys
 from attnflow import resources
 from attnflow.workflow import (
     ConfigError,
+    ResultsBusy,
     batch_params,
     failure_report,
     figure_caption,
     issue_repairs,
     issue_summary_tickets,
+    lock_results,
     manifest,
     repair_tickets,
     summary_tickets,
@@ -60,6 +62,19 @@ if not workflow.remote_exec:
             f"attnflow: the summary of {_name} is {_why}: rebuilt, with its figure",
             file=sys.stderr,
         )
+
+
+def hold_results():
+    """One controller per results directory, for its lifetime: a second one fails at once, naming the
+    holder (two would run every job twice). Called by the Snakefile's onstart, which Snakemake runs once the
+    DAG is built and before any job, in the main process only and never in a dry run (which changes
+    nothing); at parse time a dry run cannot be told from a run."""
+    if workflow.remote_exec or workflow.subprocess_exec:
+        return
+    try:
+        lock_results(SWEEP.results)
+    except ResultsBusy as err:
+        raise WorkflowError(f"attnflow: {err}") from None
 
 
 def batch_repairs(wildcards):
