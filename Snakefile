@@ -18,11 +18,7 @@ include: "workflow/rules/common.smk"
 
 rule all:
     input:
-        expand(
-            f"{RESULTS}/figures/{{experiment}}.{{ext}}",
-            experiment=EXPERIMENT_NAMES,
-            ext=["png", "pdf"],
-        ),
+        [str(path) for name in EXPERIMENT_NAMES for path in LAYOUT.figures(name)],
 
 
 include: "workflow/rules/simulate.smk"

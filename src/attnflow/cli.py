@@ -51,7 +51,7 @@ def uncertified(sweep, bound: float) -> dict[str, dict[str, float]]:
 
 def _status(args) -> int:
     from .config import load, validate
-    from .experiments import ConfigError
+    from .errors import ConfigError
 
     try:
         config = load(args.configfile)
@@ -126,7 +126,7 @@ def _docs(args) -> int:
 
 
 def _refine(args) -> int:
-    from .experiments import ConfigError
+    from .errors import ConfigError
     from .refine import refine
 
     try:
@@ -142,7 +142,8 @@ def _refine(args) -> int:
 
 def _export(args) -> int:
     from .access import NotBuiltError
-    from .experiments import ConfigError, NoExport
+    from .errors import ConfigError
+    from .experiments import NoExport
     from .export import export, write_csv, write_json
     from .store import CorruptStore
 
@@ -166,7 +167,7 @@ def _plan(args) -> int:
     import os
 
     from .access import load_sweep
-    from .experiments import ConfigError
+    from .errors import ConfigError
     from .plan import SIMULATE_THREADS, plan, profile_settings, render, to_json
 
     try:

@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from .config import load, validate
-from .experiments import ConfigError
+from .errors import ConfigError
 from .workflow import lock_for_child, lock_results, release_results
 
 
@@ -53,7 +53,7 @@ def refined_path(configfile: str | Path) -> Path:
 
 def run_workflow(configfile: Path, experiment: str, snakefile: Path, args, log=print) -> None:
     sweep = validate(load(configfile), reach_scheduler=False)
-    target = str(sweep.results / "figures" / f"{experiment}.png")
+    target = str(sweep.layout.figure(experiment, "png"))
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--configfile", str(configfile),
            *args, target]
     log("running: " + " ".join(cmd))
@@ -87,7 +87,7 @@ def refine(configfile: str | Path, experiment: str, rounds: int = 1, snakemake_a
         for round_ in range(1, rounds + 1):
             run_workflow(current, experiment, snakefile, snakemake_args, log)
             sweep = validate(config, reach_scheduler=False)
-            with open_verified(sweep.results / "summaries" / f"{experiment}.zarr") as summary:
+            with open_verified(sweep.layout.summary(experiment)) as summary:
                 points = exp.refinement(summary.load(), sweep.specs[experiment])
             if not points:
                 log(f"round {round_}: no bracket left to split along {exp.refine_axis}")

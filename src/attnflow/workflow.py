@@ -17,10 +17,11 @@ from pathlib import Path
 from . import __version__
 from .config import load as load_config
 from .config import validate
-from .experiments import ConfigError, Spec
+from .errors import ConfigError
+from .experiments import Spec
 from .layout import Layout
 from .store import StoreState, record_of
-from .sweep import STORE_SUFFIX, Sweep, cell_id, config_digest, store_path, summary_versions, verify_cell
+from .sweep import Sweep, cell_id, config_digest, store_path, summary_versions, verify_cell
 
 
 def sweep_from_workflow(config: dict, configfiles=()) -> Sweep:
@@ -102,10 +103,6 @@ def _inherited_lock(path: Path) -> int | None:
     return None
 
 
-def manifest(results: str | Path, batch: str) -> str:
-    return str(Path(results) / "manifests" / f"{batch}.json")
-
-
 def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Batches whose manifest lists a store that is now missing, does not match its record, or is
     stale (written under another numerics version), or a cell that failed.
@@ -119,7 +116,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
     """
     found = {}
     for batch in sweep.batches:
-        path = Path(manifest(sweep.results, batch))
+        path = sweep.layout.manifest(batch)
         try:
             record = json.loads(path.read_text())
             names = record["stores"].values()
@@ -129,7 +126,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
         stores = [str(sweep.stores / name) for name in names]  # wherever the results dir now is
         problems = [(store, state) for store in stores
                     if not (state := verify_cell(store, checksums=checksums)).ok]
-        problems += [(str(sweep.stores / f"{cid}{STORE_SUFFIX}"), StoreState("failed", str(error)))
+        problems += [(str(sweep.layout.store(cid)), StoreState("failed", str(error)))
                      for cid, error in sorted(failed.items())]
         if problems:
             found[batch] = problems
@@ -139,7 +136,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
 def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Write a repair ticket for every finished batch with a damaged store; return the damage.
 
-    A ticket (``results/repairs/<batch>/<digest>.ticket``, the damage as JSON) is an
+    A ticket (``<digest>.ticket`` in ``Layout.repairs(batch)``, the damage as JSON) is an
     input of the batch's simulate job, newer than its manifest: Snakemake reruns the
     job, which recomputes the damaged stores alone. The digest covers the damage
     and the manifest's time, so a dry run and the run after it share one ticket,
@@ -149,8 +146,8 @@ def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple
     """
     damage = unhealthy(sweep, checksums)
     for batch, problems in damage.items():
-        seen = Path(manifest(sweep.results, batch)).stat().st_mtime_ns
-        _write_ticket(repair_dir(sweep.results, batch), {
+        seen = sweep.layout.manifest(batch).stat().st_mtime_ns
+        _write_ticket(sweep.layout.repairs(batch), {
             "manifest_mtime_ns": seen,
             "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]})
     return damage
@@ -165,18 +162,6 @@ def _write_ticket(directory: Path, record: dict) -> None:
         ticket.write_text(text)
 
 
-def repair_dir(results: str | Path, batch: str) -> Path:
-    return Path(results) / "repairs" / batch
-
-
-def summary_path(results: str | Path, experiment: str) -> Path:
-    return Path(results) / "summaries" / f"{experiment}.zarr"
-
-
-def figure_paths(results: str | Path, experiment: str) -> list[Path]:
-    return [Path(results) / "figures" / f"{experiment}.{ext}" for ext in ("png", "pdf")]
-
-
 def outdated_summaries(sweep: Sweep) -> dict[str, str]:
     """Experiments whose summary must be rebuilt (with its figure) where Snakemake sees nothing to do.
 
@@ -189,7 +174,7 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
     """
     found = {}
     for name in sweep.specs:
-        summary = summary_path(sweep.results, name)
+        summary = sweep.layout.summary(name)
         if summary.exists():
             record = record_of(summary)
             differ = [f"{key} {record.get(key)}, now {want}"
@@ -200,7 +185,7 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
                 found[name] = "stale (built under " + "; ".join(differ) + ")"
             elif gone:
                 found[name] = f"built from batch {gone[0]}, whose manifest is missing"
-        elif any(p.exists() for p in figure_paths(sweep.results, name)):
+        elif any(p.exists() for p in sweep.layout.figures(name)):
             found[name] = "missing while its figure stays"
     return found
 
@@ -208,7 +193,7 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
 def _manifest_deleted(sweep: Sweep, batch: str) -> bool:
     """A batch that ran (every cell has its store) but whose manifest is gone; a batch that never
     ran (new cells, say a value added to an axis) runs anyway."""
-    return not Path(manifest(sweep.results, batch)).exists() and all(
+    return not sweep.layout.manifest(batch).exists() and all(
         store_path(sweep.stores, cell).exists() for cell in sweep.batches[batch])
 
 
@@ -220,9 +205,9 @@ def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
     for name, why in found.items():
         # The times of the summary and figures: the same damage again, after a rebuild, gets a
         # new ticket (newer than what the rebuild wrote).
-        outputs = (summary_path(sweep.results, name), *figure_paths(sweep.results, name))
+        outputs = (sweep.layout.summary(name), *sweep.layout.figures(name))
         seen = {p.name: p.stat().st_mtime_ns for p in outputs if p.exists()}
-        _write_ticket(summary_ticket_dir(sweep.results, name),
+        _write_ticket(sweep.layout.summary_tickets(name),
                       {"experiment": name, "why": why, "mtime_ns": seen})
     return found
 
@@ -234,7 +219,7 @@ def figure_caption(sweep: Sweep, experiment: str) -> str:
 
     caption = sweep.experiments.get(experiment).caption
     try:
-        attrs = json.loads((summary_path(sweep.results, experiment) / ".zattrs").read_text())
+        attrs = json.loads((sweep.layout.summary(experiment) / ".zattrs").read_text())
         failed = json.loads(attrs.get("failed_cells") or "[]")
     except (OSError, ValueError, TypeError):
         failed = []
@@ -243,19 +228,14 @@ def figure_caption(sweep: Sweep, experiment: str) -> str:
     return f"{caption} Failed cells (missing in the figure): {describe_failures(failed)}."
 
 
-def summary_ticket_dir(results: str | Path, experiment: str) -> Path:
-    # "_summaries": no batch name holds "_", so no batch's repair directory is this one.
-    return Path(results) / "repairs" / "_summaries" / experiment
-
-
 def summary_tickets(results: str | Path, experiment: str) -> list[str]:
     """Every ticket issued for an experiment's summary: inputs of its aggregate and plot jobs."""
-    return sorted(str(p) for p in summary_ticket_dir(results, experiment).glob("*.ticket"))
+    return sorted(str(p) for p in Layout(results).summary_tickets(experiment).glob("*.ticket"))
 
 
 def repair_tickets(results: str | Path, batch: str) -> list[str]:
     """Every repair ticket issued for a batch: inputs of its simulate job."""
-    return sorted(str(p) for p in repair_dir(results, batch).glob("*.ticket"))
+    return sorted(str(p) for p in Layout(results).repairs(batch).glob("*.ticket"))
 
 
 def batch_params(sweep: Sweep, batch: str) -> str:
@@ -292,7 +272,7 @@ def failed_cells(sweep: Sweep) -> dict[str, str]:
     found = {}
     for batch in sweep.batches:
         try:
-            found.update(json.loads(Path(manifest(sweep.results, batch)).read_text()).get("failed") or {})
+            found.update(json.loads(sweep.layout.manifest(batch).read_text()).get("failed") or {})
         except (OSError, ValueError, AttributeError):
             continue
     return found
@@ -334,8 +314,8 @@ def plot_job(summary_path: str, outputs, modules=()):
 
 
 __all__ = ["LOCK_FD_ENV", "ConfigError", "ResultsBusy", "aggregate_job", "batch_params", "failed_cells",
-           "failure_report", "figure_caption", "figure_paths", "issue_repairs", "issue_summary_tickets",
-           "lock_for_child", "lock_results", "manifest", "outdated_summaries", "plot_job", "provenance",
+           "failure_report", "figure_caption", "issue_repairs", "issue_summary_tickets",
+           "lock_for_child", "lock_results", "outdated_summaries", "plot_job", "provenance",
            "release_results",
-           "repair_tickets", "simulate_job", "summary_path", "summary_tickets", "sweep_from_workflow",
+           "repair_tickets", "simulate_job", "summary_tickets", "sweep_from_workflow",
            "unhealthy"]

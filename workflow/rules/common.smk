@@ -11,7 +11,6 @@ from attnflow.workflow import (
     issue_repairs,
     issue_summary_tickets,
     lock_results,
-    manifest,
     repair_tickets,
     summary_tickets,
     sweep_from_workflow,
@@ -26,6 +25,8 @@ except ConfigError as err:
 for _name, _why in SWEEP.skipped.items():
     print(f"attnflow: skipping experiment {_name}: {_why}", file=sys.stderr)
 
+# Every output path comes from the sweep's Layout (attnflow.layout); rules name their wildcards through it.
+LAYOUT = SWEEP.layout
 RESULTS = str(SWEEP.results)
 STORES = str(SWEEP.stores)
 EXPERIMENT_NAMES = list(SWEEP.specs)
@@ -90,7 +91,7 @@ def batch_cells(wildcards):
 
 
 def experiment_manifests(wildcards):
-    return [manifest(RESULTS, b) for b in SWEEP.batches_of(wildcards.experiment)]
+    return [str(LAYOUT.manifest(b)) for b in SWEEP.batches_of(wildcards.experiment)]
 
 
 def experiment_entries(wildcards):
@@ -107,7 +108,7 @@ def experiment_caption(wildcards):
 
 
 def experiment_figures(wildcards):
-    return [f"{RESULTS}/figures/{wildcards.experiment}.{ext}" for ext in ("png", "pdf")]
+    return [str(path) for path in LAYOUT.figures(wildcards.experiment)]
 
 
 def simulate_mem_mb(wildcards, attempt):
