@@ -75,3 +75,10 @@ def test_the_error_module_sits_below_everything():
 def test_each_imports_in_a_fresh_interpreter(name):
     proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_plotting_sits_below_the_experiments():
+    """The experiments draw with ``plotting``; ``figures`` (which looks experiments up) sits above them."""
+    assert not {m for m in _imports("attnflow.plotting") if m.startswith("attnflow.experiments")}
+    assert "attnflow.figures" not in {m for name in MODULES if name.startswith("attnflow.experiments")
+                                      for m in _imports(name)}

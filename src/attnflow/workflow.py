@@ -306,7 +306,7 @@ def aggregate_job(name: str, spec_json: str, entries_json: str, output: str, sch
 
 def plot_job(summary_path: str, outputs, modules=()):
     """Draw one experiment's figure from its summary store (the spec comes from the summary)."""
-    from .plotting import render
+    from .figures import render
     from .store import open_verified
 
     with open_verified(summary_path) as summary:
