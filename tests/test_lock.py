@@ -1,5 +1,6 @@
 """One controller per results directory: a second one fails at once, naming the holder, and runs nothing."""
 
+import socket
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ from sweep_helpers import ROOT, run, write_config
 
 from attnflow.cli import main
 from attnflow.layout import Layout
-from attnflow.workflow import ResultsBusy, lock_results, release_results
+from attnflow.workflow import ResultsBusy, lock_results, release_results, results_holder
 
 HOLD = "import sys, time; from attnflow.workflow import lock_results; lock_results(sys.argv[1]); " \
        "print('held', flush=True); time.sleep(60)"
@@ -26,6 +27,7 @@ def holder(tmp_path):
 
 
 def test_a_second_holder_fails_naming_the_first(tmp_path, holder):
+    assert results_holder(tmp_path / "results") == f"pid {holder.pid} on {socket.gethostname()}"
     with pytest.raises(ResultsBusy, match=rf"{tmp_path / 'results'}.*pid {holder.pid}"):
         lock_results(tmp_path / "results")
     holder.kill()
@@ -33,7 +35,15 @@ def test_a_second_holder_fails_naming_the_first(tmp_path, holder):
     # The kernel releases the lock with its holder, killed or not.
     assert lock_results(tmp_path / "results") == Layout(tmp_path / "results").lock
     assert lock_results(tmp_path / "results")  # again in the same process: a no-op
+    assert results_holder(tmp_path / "results") is None  # this process is no other controller
     release_results(tmp_path / "results")
+    assert results_holder(tmp_path / "results") is None  # free, and left free
+    lock_results(tmp_path / "results")
+    release_results(tmp_path / "results")
+
+
+def test_asking_creates_nothing(tmp_path):
+    assert results_holder(tmp_path / "results") is None and not (tmp_path / "results").exists()
 
 
 def test_refine_fails_while_another_controller_runs(tmp_path, holder, monkeypatch, capsys):
@@ -52,7 +62,8 @@ def test_refine_fails_while_another_controller_runs(tmp_path, holder, monkeypatc
 @pytest.mark.workflow
 def test_a_second_controller_runs_no_job(tmp_path, holder):
     config = write_config(tmp_path)
-    assert run(tmp_path, config, "-n").returncode == 0  # a dry run changes nothing: it takes no lock
+    dry = run(tmp_path, config, "-n")  # a dry run changes nothing: it takes no lock, and checks no store
+    assert f"another controller (pid {holder.pid}" in dry.stderr
     proc = run(tmp_path, config, check=False)
     assert proc.returncode != 0
     assert f"results directory {tmp_path / 'results'} is in use" in proc.stderr

@@ -53,28 +53,63 @@ def lock_results(results: str | Path) -> Path:
     it again in the same process, or in a ``snakemake`` started by a holder that
     passed its descriptor (``LOCK_FD_ENV``), is a no-op. Raises ``ResultsBusy``.
     """
+    path, fd = _acquire(results)
+    if fd is None:
+        raise ResultsBusy(_busy_message(results, path))
+    _HELD[path.resolve()] = fd
+    return path
+
+
+def results_holder(results: str | Path) -> str | None:
+    """``"pid N on host"`` of another controller holding the results directory's lock, else None.
+
+    Takes nothing: the workflow asks at parse time (before it knows whether it is
+    a dry run) so that it does not write repair tickets under a running controller.
+    Creates nothing where no lock file is (a dry run on fresh results leaves them so).
+    """
+    if not Layout(results).lock.exists():
+        return None
+    path, fd = _acquire(results)
+    if fd is None:
+        return _holder(path)
+    if path.resolve() not in _HELD:
+        os.close(fd)  # it was free: give it back
+    return None
+
+
+def _acquire(results: str | Path) -> tuple[Path, int | None]:
+    """The lock's path and a descriptor holding it (this process's, an inherited one, or a new one
+    with this process's id written in it), or None while another process holds it."""
     path = Layout(results).lock
     path.parent.mkdir(parents=True, exist_ok=True)
-    key = path.resolve()
-    if key in _HELD:
-        return path
+    if path.resolve() in _HELD:
+        return path, _HELD[path.resolve()]
     inherited = _inherited_lock(path)
-    if inherited is not None:
-        _HELD[key] = inherited
-        return path
+    if inherited is not None:  # this process's already (its parent's, shared): never closed here
+        _HELD[path.resolve()] = inherited
+        return path, inherited
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.read(fd, 200).decode(errors="replace").strip() or "a process that has not written its id"
         os.close(fd)
-        raise ResultsBusy(f"results directory {Path(results).absolute()} is in use by another attnflow "
-                          f"controller ({holder}; lock {path}): two controllers would run every job twice "
-                          "and overwrite each other's summaries; wait for it to finish or stop it") from None
+        return path, None
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
-    _HELD[key] = fd
-    return path
+    return path, fd
+
+
+def _holder(path: Path) -> str:
+    try:
+        return path.read_text().strip() or "a process that has not written its id yet"
+    except OSError:
+        return "a process that has not written its id yet"
+
+
+def _busy_message(results: str | Path, path: Path) -> str:
+    return (f"results directory {Path(results).absolute()} is in use by another attnflow controller "
+            f"({_holder(path)}; lock {path}): two controllers would run every job twice and overwrite "
+            "each other's summaries; wait for it to finish or stop it")
 
 
 def release_results(results: str | Path) -> None:
@@ -316,6 +351,6 @@ def plot_job(summary_path: str, outputs, modules=()):
 __all__ = ["LOCK_FD_ENV", "ConfigError", "ResultsBusy", "aggregate_job", "batch_params", "failed_cells",
            "failure_report", "figure_caption", "issue_repairs", "issue_summary_tickets",
            "lock_for_child", "lock_results", "outdated_summaries", "plot_job", "provenance",
-           "release_results",
+           "release_results", "results_holder",
            "repair_tickets", "simulate_job", "summary_tickets", "sweep_from_workflow",
            "unhealthy"]

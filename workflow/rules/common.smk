@@ -11,6 +11,7 @@ from attnflow.workflow import (
     issue_repairs,
     issue_summary_tickets,
     lock_results,
+    results_holder,
     repair_tickets,
     summary_tickets,
     sweep_from_workflow,
@@ -38,11 +39,20 @@ wildcard_constraints:
     batch="[A-Za-z0-9._+-]+",
 
 
+# Another controller running on these results (see hold_results): its jobs rewrite what the health check
+# below reads, so no ticket is written; a run then fails at its start, a dry run plans without them.
+_HOLDER = None if workflow.remote_exec or workflow.subprocess_exec else results_holder(SWEEP.results)
+if _HOLDER:
+    print(
+        f"attnflow: another controller ({_HOLDER}) runs on {SWEEP.results}: stores not checked",
+        file=sys.stderr,
+    )
+
 # Self-healing: a finished batch one of whose stores is missing or does not match its
 # completion record gets a repair ticket, a new input of its simulate job: the job
 # reruns and recomputes those stores alone. Jobs running on a cluster node parse this
 # file too: only the main process looks for damage.
-if not workflow.remote_exec:
+if not workflow.remote_exec and not _HOLDER:
     for _batch, _problems in issue_repairs(SWEEP).items():
         for _path, _state in _problems:
             if _state.status == "failed":
