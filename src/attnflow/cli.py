@@ -66,10 +66,16 @@ def _status(args) -> int:
     report = sweep_status(sweep)
     if any(states["corrupt"] for states in report.values()):
         # What status finds, the workflow must act on: bit rot (same size and time) passes the
-        # start-up check, so the repair tickets are written here, from every byte.
-        from .workflow import issue_repairs
+        # start-up check, so the repair tickets are written here, from every byte. Not while a controller
+        # runs: what it is writing reads as damage, and it would rerun jobs for it.
+        from .workflow import issue_repairs, results_holder
 
-        issue_repairs(sweep, checksums=True)
+        holder = results_holder(sweep.results)
+        if holder:
+            print(f"attnflow status: a controller ({holder}) runs on {sweep.results}: no repair ticket "
+                  "written; run status again once it ends", file=sys.stderr)
+        else:
+            issue_repairs(sweep, checksums=True)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
