@@ -16,6 +16,7 @@ from pathlib import Path
 STORE_SUFFIX = ".zarr"
 FAILURE_SUFFIX = ".failed.json"
 FIGURE_FORMATS = ("png", "pdf")
+RULES = ("simulate", "aggregate", "plot")  # the workflow's job rules, each with its logs and benchmarks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +60,12 @@ class Layout:
     def benchmark(self, rule: str, name: str) -> Path:
         return self.benchmarks(rule) / f"{name}.tsv"
 
+    def logs(self, rule: str) -> Path:
+        """The job logs of one rule."""
+        return self.results / "logs" / rule
+
     def log(self, rule: str, name: str) -> Path:
-        return self.results / "logs" / rule / f"{name}.log"
+        return self.logs(rule) / f"{name}.log"
 
     def repairs(self, batch: str) -> Path:
         """A batch's repair tickets: inputs of its simulate job."""
@@ -82,4 +87,4 @@ def store_id(store: str | Path) -> str:
     return Path(store).name.removesuffix(STORE_SUFFIX)
 
 
-__all__ = ["FAILURE_SUFFIX", "FIGURE_FORMATS", "STORE_SUFFIX", "Layout", "store_id"]
+__all__ = ["FAILURE_SUFFIX", "FIGURE_FORMATS", "RULES", "STORE_SUFFIX", "Layout", "store_id"]
