@@ -18,16 +18,17 @@ include: "workflow/rules/common.smk"
 
 rule all:
     input:
-        expand(
-            f"{RESULTS}/figures/{{experiment}}.{{ext}}",
-            experiment=EXPERIMENT_NAMES,
-            ext=["png", "pdf"],
-        ),
+        [str(path) for name in EXPERIMENT_NAMES for path in LAYOUT.figures(name)],
 
 
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/plot.smk"
+
+
+# Before any job: the results directory's lock (a second controller fails here, running nothing).
+onstart:
+    hold_results()
 
 
 # The run ends with one line on the cells that failed (missing in the figures), if any.

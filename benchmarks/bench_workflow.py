@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from attnflow.layout import RULES, STORE_SUFFIX, Layout
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,17 +52,17 @@ def main(argv=None):
         print(proc.stdout[-3000:], proc.stderr[-3000:])
         sys.exit("workflow failed")
 
-    results = work / "results"
-    compute = sum(float(m) for log in (results / "logs" / "simulate").rglob("*.log")
+    layout = Layout(work / "results")
+    compute = sum(float(m) for log in layout.logs("simulate").rglob("*.log")
                   for m in re.findall(r"computed in ([0-9.]+) s", log.read_text()))
     job_time = {}
-    for tsv in (results / "benchmarks").rglob("*.tsv"):
-        rule = tsv.relative_to(results / "benchmarks").parts[0]
-        with tsv.open() as fh:
-            row = next(csv.DictReader(fh, delimiter="\t"))
-        job_time.setdefault(rule, []).append(float(row["s"]))
+    for rule in RULES:
+        for tsv in layout.benchmarks(rule).rglob("*.tsv"):
+            with tsv.open() as fh:
+                row = next(csv.DictReader(fh, delimiter="\t"))
+            job_time.setdefault(rule, []).append(float(row["s"]))
     total_jobs = sum(sum(v) for v in job_time.values())
-    n_cells = len(list((results / "simulations").glob("*.zarr")))
+    n_cells = len(list(layout.stores.glob(f"*{STORE_SUFFIX}")))
 
     print(f"config: {args.configfile}  cores: {args.cores}  cells: {n_cells}")
     print(f"wall time, from scratch:            {wall:8.1f} s")

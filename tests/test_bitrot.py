@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -67,3 +69,29 @@ def test_bit_rot_reported_by_status_is_recomputed_by_the_next_run(reference, tmp
     np.testing.assert_array_equal(xr.open_zarr(store).energy.values,
                                   xr.open_zarr(reference / "simulations" / name).energy.values)
     assert planned(tmp_path, config) == {}
+
+
+def test_status_writes_no_ticket_while_a_controller_runs(reference, tmp_path, capsys):
+    """What a running controller is writing would read as damage: status reports, and leaves the repair to
+    a status run once that controller has ended."""
+    shutil.copytree(reference, tmp_path / "results")
+    config = _config(tmp_path)
+    results = tmp_path / "results"
+    manifest = sorted((results / "manifests").glob("*.json"))[0]
+    name = next(iter(json.loads(manifest.read_text())["stores"].values()))
+    _rot(results / "simulations" / name)
+    hold = ("import sys, time; from attnflow.workflow import lock_results; lock_results(sys.argv[1]); "
+            "print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(results)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert attnflow_main(["status", "--configfile", str(config)]) == 0
+        captured = capsys.readouterr()
+        assert f"corrupt beta_star/{name.removesuffix('.zarr')}:" in captured.out
+        assert f"a controller (pid {holder.pid}" in captured.err and "no repair ticket" in captured.err
+        assert not (results / "repairs").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert attnflow_main(["status", "--configfile", str(config)]) == 0
+    assert planned(tmp_path, config) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}

@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 from sweep_helpers import ENV, run, write_config
 
-from attnflow.plotting import certificate_line
+from attnflow.figures import certificate_line
 
 pytestmark = pytest.mark.workflow
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .experiments import ConfigError
+from .errors import ConfigError
 from .store import open_verified
 
 DEFAULT_CONFIG = "config/config.yaml"
@@ -73,7 +73,7 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
     """
     sweep = load_sweep(configfile, results)
     _check_experiment(sweep, experiment, configfile)
-    path = sweep.results / "summaries" / f"{experiment}.zarr"
+    path = sweep.layout.summary(experiment)
     if not path.exists():
         raise NotBuiltError(f"{experiment}: no summary at {path} yet; build it with "
                             f"`{build_command(configfile, path)}` (or `snakemake --configfile {configfile}` "
@@ -152,7 +152,7 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     axes = list(sweep.specs[experiment].grid)
     missing = [p.coords for p in points if not store_path(sweep.stores, p.cell).exists()]
     if missing:
-        summary = sweep.results / "summaries" / f"{experiment}.zarr"
+        summary = sweep.layout.summary(experiment)
         raise NotBuiltError(f"{experiment}: {len(missing)} of {len(points)} cells have no store yet "
                             f"(first: {missing[0]}); `{build_command(configfile, summary)}` simulates them")
     pieces = []

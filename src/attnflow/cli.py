@@ -51,7 +51,7 @@ def uncertified(sweep, bound: float) -> dict[str, dict[str, float]]:
 
 def _status(args) -> int:
     from .config import load, validate
-    from .experiments import ConfigError
+    from .errors import ConfigError
 
     try:
         config = load(args.configfile)
@@ -66,10 +66,16 @@ def _status(args) -> int:
     report = sweep_status(sweep)
     if any(states["corrupt"] for states in report.values()):
         # What status finds, the workflow must act on: bit rot (same size and time) passes the
-        # start-up check, so the repair tickets are written here, from every byte.
-        from .workflow import issue_repairs
+        # start-up check, so the repair tickets are written here, from every byte. Not while a controller
+        # runs: what it is writing reads as damage, and it would rerun jobs for it.
+        from .workflow import issue_repairs, results_holder
 
-        issue_repairs(sweep, checksums=True)
+        holder = results_holder(sweep.results)
+        if holder:
+            print(f"attnflow status: a controller ({holder}) runs on {sweep.results}: no repair ticket "
+                  "written; run status again once it ends", file=sys.stderr)
+        else:
+            issue_repairs(sweep, checksums=True)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -126,7 +132,7 @@ def _docs(args) -> int:
 
 
 def _refine(args) -> int:
-    from .experiments import ConfigError
+    from .errors import ConfigError
     from .refine import refine
 
     try:
@@ -142,7 +148,8 @@ def _refine(args) -> int:
 
 def _export(args) -> int:
     from .access import NotBuiltError
-    from .experiments import ConfigError, NoExport
+    from .errors import ConfigError
+    from .experiments import NoExport
     from .export import export, write_csv, write_json
     from .store import CorruptStore
 
@@ -166,7 +173,7 @@ def _plan(args) -> int:
     import os
 
     from .access import load_sweep
-    from .experiments import ConfigError
+    from .errors import ConfigError
     from .plan import SIMULATE_THREADS, plan, profile_settings, render, to_json
 
     try:

@@ -11,7 +11,6 @@ Every error is one ``ConfigError`` line naming the offending key and value.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import socket
 from pathlib import Path
@@ -22,8 +21,10 @@ import yaml
 
 from .cell import _DEFAULTS as CELL_DEFAULTS
 from .cell import FIELD_CHOICES, FIELD_DOCS, Cell
-from .experiments import ConfigError, registry
+from .errors import ConfigError
+from .experiments import registry
 from .observables import GROUPS
+from .sweep import Sweep
 
 SCHEDULERS = ("threads", "synchronous", "distributed")
 SEED_MAX = 2**63 - 1
@@ -212,30 +213,6 @@ def check_scheduler(name: str, timeout: float = 2.0) -> None:
         raise ConfigError(f"dask_scheduler = {name!r}: no scheduler answers there ({err})") from None
 
 
-def _canonical(value):
-    """Numbers compared as values: 1 and 1.0 are one grid value."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return repr(value)
-    return repr(float(value)) if math.isfinite(value) else repr(value)
-
-
-def check_grid(name: str, grid: dict) -> None:
-    """Each grid value once (1 and 1.0 are one value), and each a single value: a list (say
-    ``seeds: [[0, 1], [2, 3]]``) would name a batch and a store by its text."""
-    for axis, values in grid.items():
-        seen = {}
-        for value in values:
-            if isinstance(value, (list, tuple, dict)):
-                raise ConfigError(f"experiments.{name}.grid.{axis}: {value!r} is a {type(value).__name__}; "
-                                  "a grid axis takes single values (a list-valued field such as seeds "
-                                  "goes under fixed)")
-            key = _canonical(value)
-            if key in seen:
-                raise ConfigError(f"experiments.{name}.grid.{axis}: {seen[key]!r} and {value!r} are the "
-                                  "same value (each value once)")
-            seen[key] = value
-
-
 def validate(config: dict, *, reach_scheduler: bool = True):
     """Check a whole config before any job; return the ``Sweep`` it describes.
 
@@ -243,8 +220,6 @@ def validate(config: dict, *, reach_scheduler: bool = True):
     problem: schema, results path, scheduler address, grids with repeated
     values, impossible cells, and what each experiment's figure needs.
     """
-    from .sweep import Sweep
-
     if not isinstance(config, dict):
         raise ConfigError(f"the config must be a mapping, got {type(config).__name__}")
     modules = config.get("experiment_modules", [])

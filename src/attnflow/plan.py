@@ -31,7 +31,6 @@ from pathlib import Path
 from . import resources
 from .store import verify
 from .sweep import Sweep, cell_id, failure_path, store_path
-from .workflow import manifest
 
 # Measured on the tiny config's jobs (2 cores, kernels cached): a simulate job whose
 # cells take milliseconds runs 1.6-1.9 s (interpreter, imports, cached kernels loaded,
@@ -92,7 +91,7 @@ def jobs(sweep: Sweep, states: dict[str, str] | None = None) -> dict[str, Job]:
     out = {}
     for name, cells in sweep.batches.items():
         todo = [c for c in cells if states[cell_id(c)] != "done"]
-        runs = bool(todo) or not Path(manifest(sweep.results, name)).exists()
+        runs = bool(todo) or not sweep.layout.manifest(name).exists()
         compute = sum(resources.cell_seconds(c) for c in todo) / MODEL_OVER_MEASURED
         out[name] = Job(name, len(cells), len(todo), runs, JOB_START_SECONDS + compute,
                         resources.runtime_minutes(cells), resources.memory_mb(cells))
@@ -158,7 +157,7 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
     rows = {}
     for name in sweep.specs:
         ids = list(dict.fromkeys(cell_id(p.cell) for p in sweep.points[name]))
-        summary = sweep.results / "summaries" / f"{name}.zarr"
+        summary = sweep.layout.summary(name)
         selected = [all_jobs[b] for b in sweep.batches_of(name)]
         rebuild = any(j.runs for j in selected) or not summary.exists()
         rows[name] = _summarise(selected, [states[i] for i in ids], slots, threads, int(rebuild), cores,

@@ -3,7 +3,7 @@
 The ETA is the cost model's expected time of the cells still to compute
 (``attnflow.plan``: the model without its margins, plus each job's start-up),
 scaled by how the finished jobs compared with the same model: the median over
-the jobs whose benchmark Snakemake has written (``results/benchmarks/simulate``)
+the jobs whose benchmark Snakemake has written (``Layout.benchmarks("simulate")``)
 of measured / expected. The median keeps a job that compiled the engine from
 inflating the whole estimate. Without a finished job, the model alone.
 Aggregation and plotting are not counted (seconds each, at the end).
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import resources
+from .layout import Layout
 from .plan import JOB_START_SECONDS, MODEL_OVER_MEASURED, SIMULATE_THREADS, _duration, cell_states, makespan
 from .sweep import Sweep, cell_id
 
@@ -26,7 +27,7 @@ from .sweep import Sweep, cell_id
 def benchmark_seconds(results: str | Path) -> dict[str, float]:
     """Wall seconds of every finished simulate job, by batch, from Snakemake's benchmark files."""
     out = {}
-    for path in sorted((Path(results) / "benchmarks" / "simulate").glob("*.tsv")):
+    for path in sorted(Layout(results).benchmarks("simulate").glob("*.tsv")):
         try:
             with path.open() as fh:
                 out[path.stem] = float(next(csv.DictReader(fh, delimiter="\t"))["s"])

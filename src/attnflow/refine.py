@@ -7,11 +7,18 @@ values on opposite sides of the level), adds the bracket midpoints as
 same Snakemake workflow on it (locally, or with any profile given). Stores are
 named by their cells, so only the new cells are computed; each round halves
 every bracket, ``rounds`` of them narrow it ``2^rounds`` times.
+
+``refine`` holds the results directory's lock (``workflow.lock_results``) from
+before its first round until its last, and shares it with the workflows it
+starts: another controller on the same results (a working copy re-aggregating
+the unrefined grid, say) cannot write a summary between rounds; and ``refine``
+fails, saying who holds the lock, while another controller runs.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +26,8 @@ from pathlib import Path
 import yaml
 
 from .config import load, validate
-from .experiments import ConfigError
+from .errors import ConfigError
+from .workflow import lock_for_child, lock_results, release_results
 
 
 def find_snakefile(snakefile: str | Path | None = None) -> Path:
@@ -45,11 +53,12 @@ def refined_path(configfile: str | Path) -> Path:
 
 def run_workflow(configfile: Path, experiment: str, snakefile: Path, args, log=print) -> None:
     sweep = validate(load(configfile), reach_scheduler=False)
-    target = str(sweep.results / "figures" / f"{experiment}.png")
+    target = str(sweep.layout.figure(experiment, "png"))
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--configfile", str(configfile),
            *args, target]
     log("running: " + " ".join(cmd))
-    proc = subprocess.run(cmd)
+    env, fds = lock_for_child(sweep.results)
+    proc = subprocess.run(cmd, env={**os.environ, **env}, pass_fds=fds)
     if proc.returncode:
         raise RuntimeError(f"the workflow failed (exit {proc.returncode}); see its output above")
 
@@ -70,30 +79,35 @@ def refine(configfile: str | Path, experiment: str, rounds: int = 1, snakemake_a
     exp = sweep.experiments.get(experiment)
     if exp.refine_axis is None:
         raise ConfigError(f"experiments.{experiment}: declares no boundary to refine")
-    out = refined_path(source)
-    current = source
-    for round_ in range(1, rounds + 1):
+    results = sweep.results
+    lock_results(results)  # ResultsBusy (a RuntimeError) while another controller runs
+    try:
+        out = refined_path(source)
+        current = source
+        for round_ in range(1, rounds + 1):
+            run_workflow(current, experiment, snakefile, snakemake_args, log)
+            sweep = validate(config, reach_scheduler=False)
+            with open_verified(sweep.layout.summary(experiment)) as summary:
+                points = exp.refinement(summary.load(), sweep.specs[experiment])
+            if not points:
+                log(f"round {round_}: no bracket left to split along {exp.refine_axis}")
+                break
+            config = copy.deepcopy(config)
+            block = config["experiments"][experiment]
+            block["extra_points"] = list(block.get("extra_points") or []) + points
+            done = [r for r in config.get("refinement") or [] if r.get("experiment") == experiment]
+            config.setdefault("refinement", []).append({
+                "experiment": experiment, "round": len(done) + 1, "axis": exp.refine_axis,
+                "added": len(points), "from": str(source)})
+            out.write_text("# Written by attnflow refine: the config it started from, plus a record of each\n"
+                           "# round under `refinement` and the points it added under `extra_points`.\n"
+                           + yaml.safe_dump(config, sort_keys=False))
+            log(f"round {round_}: {len(points)} new points along {exp.refine_axis} -> {out}")
+            current = out
         run_workflow(current, experiment, snakefile, snakemake_args, log)
-        sweep = validate(config, reach_scheduler=False)
-        with open_verified(sweep.results / "summaries" / f"{experiment}.zarr") as summary:
-            points = exp.refinement(summary.load(), sweep.specs[experiment])
-        if not points:
-            log(f"round {round_}: no bracket left to split along {exp.refine_axis}")
-            break
-        config = copy.deepcopy(config)
-        block = config["experiments"][experiment]
-        block["extra_points"] = list(block.get("extra_points") or []) + points
-        done = [r for r in config.get("refinement") or [] if r.get("experiment") == experiment]
-        config.setdefault("refinement", []).append({
-            "experiment": experiment, "round": len(done) + 1, "axis": exp.refine_axis,
-            "added": len(points), "from": str(source)})
-        out.write_text("# Written by attnflow refine: the config it started from, plus a record of each\n"
-                       "# round under `refinement` and the points it added under `extra_points`.\n"
-                       + yaml.safe_dump(config, sort_keys=False))
-        log(f"round {round_}: {len(points)} new points along {exp.refine_axis} -> {out}")
-        current = out
-    run_workflow(current, experiment, snakefile, snakemake_args, log)
-    return current
+        return current
+    finally:
+        release_results(results)
 
 
 __all__ = ["find_snakefile", "refine", "refined_path"]

@@ -13,16 +13,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from .cell import Cell
-from .experiments import ConfigError, Spec
+from .errors import ConfigError
+from .experiments import Spec
+from .layout import FAILURE_SUFFIX, STORE_SUFFIX, Layout, store_id
 from .store import StoreState, write
 from .store import verify as verify_store
-
-STORE_SUFFIX = ".zarr"
 
 
 def config_digest(config: dict) -> str:
@@ -56,20 +57,44 @@ def verify_cell(path: str | Path, *, checksums: bool = True) -> StoreState:
     return verify_store(path, checksums=checksums, expect=store_versions())
 
 
+def _canonical(value):
+    """Numbers compared as values: 1 and 1.0 are one grid value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return repr(value)
+    return repr(float(value)) if math.isfinite(value) else repr(value)
+
+
+def check_grid(name: str, grid: dict) -> None:
+    """Each grid value once (1 and 1.0 are one value), and each a single value: a list (say
+    ``seeds: [[0, 1], [2, 3]]``) would name a batch and a store by its text."""
+    for axis, values in grid.items():
+        seen = {}
+        for value in values:
+            if isinstance(value, (list, tuple, dict)):
+                raise ConfigError(f"experiments.{name}.grid.{axis}: {value!r} is a {type(value).__name__}; "
+                                  "a grid axis takes single values (a list-valued field such as seeds "
+                                  "goes under fixed)")
+            key = _canonical(value)
+            if key in seen:
+                raise ConfigError(f"experiments.{name}.grid.{axis}: {seen[key]!r} and {value!r} are the "
+                                  "same value (each value once)")
+            seen[key] = value
+
+
 def store_path(root: str | Path, cell: Cell) -> Path:
     return Path(root) / f"{cell_id(cell)}{STORE_SUFFIX}"
 
 
 def failure_path(root: str | Path, cell: Cell) -> Path:
     """Where a failed cell's error is recorded (removed once the cell succeeds)."""
-    return Path(root) / f"{cell_id(cell)}.failed.json"
+    return Path(root) / f"{cell_id(cell)}{FAILURE_SUFFIX}"
 
 
 def failure_of(store: str | Path) -> dict | None:
     """The failure record beside a simulation store's path (None if its cell has not failed)."""
     store = Path(store)
     try:
-        return json.loads(store.with_name(store.name.removesuffix(STORE_SUFFIX) + ".failed.json").read_text())
+        return json.loads(store.with_name(store_id(store) + FAILURE_SUFFIX).read_text())
     except (OSError, ValueError):
         return None
 
@@ -127,8 +152,6 @@ class Sweep:
 
     @classmethod
     def from_config(cls, config: dict, experiments) -> Sweep:
-        from .config import check_grid
-
         blocks = config.get("experiments") or {}
         if not blocks:
             raise ConfigError("experiments: empty, nothing to run")
@@ -166,8 +189,13 @@ class Sweep:
         return Path(self.config.get("results", "results"))
 
     @property
+    def layout(self) -> Layout:
+        """Where every output of this sweep lives."""
+        return Layout(self.results)
+
+    @property
     def stores(self) -> Path:
-        return self.results / "simulations"
+        return self.layout.stores
 
     def entries(self, name: str) -> list[tuple[dict, str]]:
         """``(grid coordinates, store path)`` of every grid point of an experiment."""
@@ -200,7 +228,7 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
     a missing, interrupted, corrupt or stale one (another numerics version) is
     computed again. A cell that fails (``SimulationError``: step budget,
     non-finite values; or an arithmetic error in the compiled code) leaves no
-    store and a ``.failed.json`` record with its error, and the batch goes on:
+    store and a failure record (``Layout.failure``) with its error, and the batch goes on:
     one bad cell costs its own point of the figure, not the figure.
     """
     from .simulation import SimulationError, describe, simulate  # the engine loads only where it runs
@@ -244,6 +272,6 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
     return BatchResult(paths, failed)
 
 
-__all__ = ["BatchResult", "CELL_ERRORS", "Point", "STORE_SUFFIX", "Sweep", "cell_id", "config_digest",
-           "describe_failures", "failure_of", "failure_path", "run_batch", "spec_points", "store_path",
-           "store_versions", "summary_versions", "verify_cell"]
+__all__ = ["BatchResult", "CELL_ERRORS", "Point", "STORE_SUFFIX", "Sweep", "cell_id", "check_grid",
+           "config_digest", "describe_failures", "failure_of", "failure_path", "run_batch", "spec_points",
+           "store_path", "store_versions", "summary_versions", "verify_cell"]

@@ -172,7 +172,12 @@ def digest(weights: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainedHeads:
+class LayerHeads:
+    """The symmetric score matrices (as factors) and value matrices of the chosen heads of one trained layer.
+
+    Not the ``trained_heads`` experiment (``experiments.trained_heads.TrainedHeads``), which simulates them.
+    """
+
     factors: tuple[np.ndarray, np.ndarray]  # U (H, d, r), e (H, r)
     values: np.ndarray | None  # (H, d, d) or None for V = M
     norms: np.ndarray  # (H,) ||M_h||_op of the symmetric parts
@@ -196,7 +201,7 @@ def symmetric_factors(a: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> tuple
 
 
 @functools.lru_cache(maxsize=32)
-def build(weights: str, layer: int, subset: tuple[int, ...], values: str, heads: int = 0) -> TrainedHeads:
+def build(weights: str, layer: int, subset: tuple[int, ...], values: str, heads: int = 0) -> LayerHeads:
     """The symmetric score matrices (as factors) and value matrices of the chosen heads of a layer."""
     lay = load_layer(weights, layer, heads)
     us, es, vs, norms, shares, discarded = [], [], [], [], [], []
@@ -217,8 +222,8 @@ def build(weights: str, layer: int, subset: tuple[int, ...], values: str, heads:
     for i, (u, e) in enumerate(zip(us, es, strict=True)):
         u_all[i, :, : u.shape[1]] = u
         e_all[i, : e.size] = e
-    return TrainedHeads((u_all, e_all), np.stack(vs) if vs else None, np.array(norms), np.array(shares),
-                        np.array(discarded))
+    return LayerHeads((u_all, e_all), np.stack(vs) if vs else None, np.array(norms), np.array(shares),
+                      np.array(discarded))
 
 
 def principal_angles(weights: str, layer: int, heads: int = 0) -> np.ndarray:

@@ -7,16 +7,21 @@ makes it testable without Snakemake.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
+import socket
 from pathlib import Path
 
 from . import __version__
 from .config import load as load_config
 from .config import validate
-from .experiments import ConfigError, Spec
+from .errors import ConfigError
+from .experiments import Spec
+from .layout import Layout
 from .store import StoreState, record_of
-from .sweep import STORE_SUFFIX, Sweep, cell_id, config_digest, store_path, summary_versions, verify_cell
+from .sweep import Sweep, cell_id, config_digest, store_path, summary_versions, verify_cell
 
 
 def sweep_from_workflow(config: dict, configfiles=()) -> Sweep:
@@ -26,8 +31,111 @@ def sweep_from_workflow(config: dict, configfiles=()) -> Sweep:
     return validate(config)
 
 
-def manifest(results: str | Path, batch: str) -> str:
-    return str(Path(results) / "manifests" / f"{batch}.json")
+class ResultsBusy(RuntimeError):
+    """Another workflow controller holds the results directory's lock."""
+
+
+# The locks this process holds, by lock path: open file descriptions, kept for the process's lifetime.
+_HELD: dict[Path, int] = {}
+# A controller that runs the workflow itself (``attnflow refine``) passes its lock's file descriptor to
+# the ``snakemake`` it starts under this name: the same open file description, so the child holds it too.
+LOCK_FD_ENV = "ATTNFLOW_RESULTS_LOCK_FD"
+
+
+def lock_results(results: str | Path) -> Path:
+    """Take the results directory's exclusive lock for the rest of this process; return the lock's path.
+
+    Two controllers on one results directory would each run every job (Snakemake's
+    own lock is per working directory, and two working copies share results), and
+    one's summary would overwrite the other's. So the workflow's main process takes
+    ``Layout.lock`` (``flock``, released by the kernel when the process ends, even
+    when killed) and a second controller fails at once, naming the holder. Taking
+    it again in the same process, or in a ``snakemake`` started by a holder that
+    passed its descriptor (``LOCK_FD_ENV``), is a no-op. Raises ``ResultsBusy``.
+    """
+    path, fd = _acquire(results)
+    if fd is None:
+        raise ResultsBusy(_busy_message(results, path))
+    _HELD[path.resolve()] = fd
+    return path
+
+
+def results_holder(results: str | Path) -> str | None:
+    """``"pid N on host"`` of another controller holding the results directory's lock, else None.
+
+    Takes nothing: the workflow asks at parse time (before it knows whether it is
+    a dry run) so that it does not write repair tickets under a running controller.
+    Creates nothing where no lock file is (a dry run on fresh results leaves them so).
+    """
+    if not Layout(results).lock.exists():
+        return None
+    path, fd = _acquire(results)
+    if fd is None:
+        return _holder(path)
+    if path.resolve() not in _HELD:
+        os.close(fd)  # it was free: give it back
+    return None
+
+
+def _acquire(results: str | Path) -> tuple[Path, int | None]:
+    """The lock's path and a descriptor holding it (this process's, an inherited one, or a new one
+    with this process's id written in it), or None while another process holds it."""
+    path = Layout(results).lock
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.resolve() in _HELD:
+        return path, _HELD[path.resolve()]
+    inherited = _inherited_lock(path)
+    if inherited is not None:  # this process's already (its parent's, shared): never closed here
+        _HELD[path.resolve()] = inherited
+        return path, inherited
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return path, None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
+    return path, fd
+
+
+def _holder(path: Path) -> str:
+    try:
+        return path.read_text().strip() or "a process that has not written its id yet"
+    except OSError:
+        return "a process that has not written its id yet"
+
+
+def _busy_message(results: str | Path, path: Path) -> str:
+    return (f"results directory {Path(results).absolute()} is in use by another attnflow controller "
+            f"({_holder(path)}; lock {path}): two controllers would run every job twice and overwrite "
+            "each other's summaries; wait for it to finish or stop it")
+
+
+def release_results(results: str | Path) -> None:
+    """Give up the lock ``lock_results`` took (``refine`` holds it only while it runs)."""
+    fd = _HELD.pop(Layout(results).lock.resolve(), None)
+    if fd is not None:
+        os.close(fd)  # the last descriptor of the open file description: the lock goes with it
+
+
+def lock_for_child(results: str | Path) -> tuple[dict[str, str], tuple[int]]:
+    """``(environment additions, pass_fds)`` under which a ``snakemake`` this process starts (it holds
+    the lock, see ``lock_results``) shares the lock instead of failing on it."""
+    fd = _HELD[Layout(results).lock.resolve()]
+    return {LOCK_FD_ENV: str(fd)}, (fd,)
+
+
+def _inherited_lock(path: Path) -> int | None:
+    """The descriptor named by ``LOCK_FD_ENV`` if it is this lock file and holds its lock."""
+    try:
+        fd = int(os.environ[LOCK_FD_ENV])
+        if os.path.samestat(os.fstat(fd), os.stat(path)):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by this open file description: succeeds
+            return fd
+    except (KeyError, ValueError, OSError):
+        pass
+    return None
 
 
 def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
@@ -43,7 +151,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
     """
     found = {}
     for batch in sweep.batches:
-        path = Path(manifest(sweep.results, batch))
+        path = sweep.layout.manifest(batch)
         try:
             record = json.loads(path.read_text())
             names = record["stores"].values()
@@ -53,7 +161,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
         stores = [str(sweep.stores / name) for name in names]  # wherever the results dir now is
         problems = [(store, state) for store in stores
                     if not (state := verify_cell(store, checksums=checksums)).ok]
-        problems += [(str(sweep.stores / f"{cid}{STORE_SUFFIX}"), StoreState("failed", str(error)))
+        problems += [(str(sweep.layout.store(cid)), StoreState("failed", str(error)))
                      for cid, error in sorted(failed.items())]
         if problems:
             found[batch] = problems
@@ -63,7 +171,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
 def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Write a repair ticket for every finished batch with a damaged store; return the damage.
 
-    A ticket (``results/repairs/<batch>/<digest>.ticket``, the damage as JSON) is an
+    A ticket (``<digest>.ticket`` in ``Layout.repairs(batch)``, the damage as JSON) is an
     input of the batch's simulate job, newer than its manifest: Snakemake reruns the
     job, which recomputes the damaged stores alone. The digest covers the damage
     and the manifest's time, so a dry run and the run after it share one ticket,
@@ -73,8 +181,8 @@ def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple
     """
     damage = unhealthy(sweep, checksums)
     for batch, problems in damage.items():
-        seen = Path(manifest(sweep.results, batch)).stat().st_mtime_ns
-        _write_ticket(repair_dir(sweep.results, batch), {
+        seen = sweep.layout.manifest(batch).stat().st_mtime_ns
+        _write_ticket(sweep.layout.repairs(batch), {
             "manifest_mtime_ns": seen,
             "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]})
     return damage
@@ -89,18 +197,6 @@ def _write_ticket(directory: Path, record: dict) -> None:
         ticket.write_text(text)
 
 
-def repair_dir(results: str | Path, batch: str) -> Path:
-    return Path(results) / "repairs" / batch
-
-
-def summary_path(results: str | Path, experiment: str) -> Path:
-    return Path(results) / "summaries" / f"{experiment}.zarr"
-
-
-def figure_paths(results: str | Path, experiment: str) -> list[Path]:
-    return [Path(results) / "figures" / f"{experiment}.{ext}" for ext in ("png", "pdf")]
-
-
 def outdated_summaries(sweep: Sweep) -> dict[str, str]:
     """Experiments whose summary must be rebuilt (with its figure) where Snakemake sees nothing to do.
 
@@ -113,7 +209,7 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
     """
     found = {}
     for name in sweep.specs:
-        summary = summary_path(sweep.results, name)
+        summary = sweep.layout.summary(name)
         if summary.exists():
             record = record_of(summary)
             differ = [f"{key} {record.get(key)}, now {want}"
@@ -124,7 +220,7 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
                 found[name] = "stale (built under " + "; ".join(differ) + ")"
             elif gone:
                 found[name] = f"built from batch {gone[0]}, whose manifest is missing"
-        elif any(p.exists() for p in figure_paths(sweep.results, name)):
+        elif any(p.exists() for p in sweep.layout.figures(name)):
             found[name] = "missing while its figure stays"
     return found
 
@@ -132,7 +228,7 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
 def _manifest_deleted(sweep: Sweep, batch: str) -> bool:
     """A batch that ran (every cell has its store) but whose manifest is gone; a batch that never
     ran (new cells, say a value added to an axis) runs anyway."""
-    return not Path(manifest(sweep.results, batch)).exists() and all(
+    return not sweep.layout.manifest(batch).exists() and all(
         store_path(sweep.stores, cell).exists() for cell in sweep.batches[batch])
 
 
@@ -144,9 +240,9 @@ def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
     for name, why in found.items():
         # The times of the summary and figures: the same damage again, after a rebuild, gets a
         # new ticket (newer than what the rebuild wrote).
-        outputs = (summary_path(sweep.results, name), *figure_paths(sweep.results, name))
+        outputs = (sweep.layout.summary(name), *sweep.layout.figures(name))
         seen = {p.name: p.stat().st_mtime_ns for p in outputs if p.exists()}
-        _write_ticket(summary_ticket_dir(sweep.results, name),
+        _write_ticket(sweep.layout.summary_tickets(name),
                       {"experiment": name, "why": why, "mtime_ns": seen})
     return found
 
@@ -158,7 +254,7 @@ def figure_caption(sweep: Sweep, experiment: str) -> str:
 
     caption = sweep.experiments.get(experiment).caption
     try:
-        attrs = json.loads((summary_path(sweep.results, experiment) / ".zattrs").read_text())
+        attrs = json.loads((sweep.layout.summary(experiment) / ".zattrs").read_text())
         failed = json.loads(attrs.get("failed_cells") or "[]")
     except (OSError, ValueError, TypeError):
         failed = []
@@ -167,19 +263,14 @@ def figure_caption(sweep: Sweep, experiment: str) -> str:
     return f"{caption} Failed cells (missing in the figure): {describe_failures(failed)}."
 
 
-def summary_ticket_dir(results: str | Path, experiment: str) -> Path:
-    # "_summaries": no batch name holds "_", so no batch's repair directory is this one.
-    return Path(results) / "repairs" / "_summaries" / experiment
-
-
 def summary_tickets(results: str | Path, experiment: str) -> list[str]:
     """Every ticket issued for an experiment's summary: inputs of its aggregate and plot jobs."""
-    return sorted(str(p) for p in summary_ticket_dir(results, experiment).glob("*.ticket"))
+    return sorted(str(p) for p in Layout(results).summary_tickets(experiment).glob("*.ticket"))
 
 
 def repair_tickets(results: str | Path, batch: str) -> list[str]:
     """Every repair ticket issued for a batch: inputs of its simulate job."""
-    return sorted(str(p) for p in repair_dir(results, batch).glob("*.ticket"))
+    return sorted(str(p) for p in Layout(results).repairs(batch).glob("*.ticket"))
 
 
 def batch_params(sweep: Sweep, batch: str) -> str:
@@ -216,7 +307,7 @@ def failed_cells(sweep: Sweep) -> dict[str, str]:
     found = {}
     for batch in sweep.batches:
         try:
-            found.update(json.loads(Path(manifest(sweep.results, batch)).read_text()).get("failed") or {})
+            found.update(json.loads(sweep.layout.manifest(batch).read_text()).get("failed") or {})
         except (OSError, ValueError, AttributeError):
             continue
     return found
@@ -250,16 +341,16 @@ def aggregate_job(name: str, spec_json: str, entries_json: str, output: str, sch
 
 def plot_job(summary_path: str, outputs, modules=()):
     """Draw one experiment's figure from its summary store (the spec comes from the summary)."""
-    from .plotting import render
+    from .figures import render
     from .store import open_verified
 
     with open_verified(summary_path) as summary:
         render(summary.load(), outputs, source=summary_path, experiment_modules=modules)
 
 
-__all__ = ["ConfigError", "aggregate_job", "batch_params", "failed_cells", "failure_report", "figure_caption",
-           "figure_paths",
-           "issue_repairs",
-           "issue_summary_tickets", "manifest", "outdated_summaries", "plot_job", "provenance",
-           "repair_tickets", "simulate_job", "summary_path", "summary_tickets", "sweep_from_workflow",
+__all__ = ["LOCK_FD_ENV", "ConfigError", "ResultsBusy", "aggregate_job", "batch_params", "failed_cells",
+           "failure_report", "figure_caption", "issue_repairs", "issue_summary_tickets",
+           "lock_for_child", "lock_results", "outdated_summaries", "plot_job", "provenance",
+           "release_results", "results_holder",
+           "repair_tickets", "simulate_job", "summary_tickets", "sweep_from_workflow",
            "unhealthy"]

@@ -4,7 +4,7 @@ rule aggregate:
         manifests=experiment_manifests,
         tickets=experiment_tickets,
     output:
-        summary=directory(f"{RESULTS}/summaries/{{experiment}}.zarr"),
+        summary=directory(str(LAYOUT.summary("{experiment}"))),
     params:
         entries=experiment_entries,
         spec=experiment_spec,
@@ -14,9 +14,9 @@ rule aggregate:
     conda:
         "../envs/attnflow.yaml"
     benchmark:
-        f"{RESULTS}/benchmarks/aggregate/{{experiment}}.tsv"
+        str(LAYOUT.benchmark("aggregate", "{experiment}"))
     log:
-        f"{RESULTS}/logs/aggregate/{{experiment}}.log",
+        str(LAYOUT.log("aggregate", "{experiment}")),
     localrule: True
     script:
         "../scripts/aggregate.py"

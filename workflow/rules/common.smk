@@ -4,12 +4,14 @@ import sys
 from attnflow import resources
 from attnflow.workflow import (
     ConfigError,
+    ResultsBusy,
     batch_params,
     failure_report,
     figure_caption,
     issue_repairs,
     issue_summary_tickets,
-    manifest,
+    lock_results,
+    results_holder,
     repair_tickets,
     summary_tickets,
     sweep_from_workflow,
@@ -24,6 +26,8 @@ except ConfigError as err:
 for _name, _why in SWEEP.skipped.items():
     print(f"attnflow: skipping experiment {_name}: {_why}", file=sys.stderr)
 
+# Every output path comes from the sweep's Layout (attnflow.layout); rules name their wildcards through it.
+LAYOUT = SWEEP.layout
 RESULTS = str(SWEEP.results)
 STORES = str(SWEEP.stores)
 EXPERIMENT_NAMES = list(SWEEP.specs)
@@ -35,11 +39,20 @@ wildcard_constraints:
     batch="[A-Za-z0-9._+-]+",
 
 
+# Another controller running on these results (see hold_results): its jobs rewrite what the health check
+# below reads, so no ticket is written; a run then fails at its start, a dry run plans without them.
+_HOLDER = None if workflow.remote_exec or workflow.subprocess_exec else results_holder(SWEEP.results)
+if _HOLDER:
+    print(
+        f"attnflow: another controller ({_HOLDER}) runs on {SWEEP.results}: stores not checked",
+        file=sys.stderr,
+    )
+
 # Self-healing: a finished batch one of whose stores is missing or does not match its
 # completion record gets a repair ticket, a new input of its simulate job: the job
 # reruns and recomputes those stores alone. Jobs running on a cluster node parse this
 # file too: only the main process looks for damage.
-if not workflow.remote_exec:
+if not workflow.remote_exec and not _HOLDER:
     for _batch, _problems in issue_repairs(SWEEP).items():
         for _path, _state in _problems:
             if _state.status == "failed":
@@ -62,6 +75,19 @@ if not workflow.remote_exec:
         )
 
 
+def hold_results():
+    """One controller per results directory, for its lifetime: a second one fails at once, naming the
+    holder (two would run every job twice). Called by the Snakefile's onstart, which Snakemake runs once the
+    DAG is built and before any job, in the main process only and never in a dry run (which changes
+    nothing); at parse time a dry run cannot be told from a run."""
+    if workflow.remote_exec or workflow.subprocess_exec:
+        return
+    try:
+        lock_results(SWEEP.results)
+    except ResultsBusy as err:
+        raise WorkflowError(f"attnflow: {err}") from None
+
+
 def batch_repairs(wildcards):
     return repair_tickets(RESULTS, wildcards.batch)
 
@@ -75,7 +101,7 @@ def batch_cells(wildcards):
 
 
 def experiment_manifests(wildcards):
-    return [manifest(RESULTS, b) for b in SWEEP.batches_of(wildcards.experiment)]
+    return [str(LAYOUT.manifest(b)) for b in SWEEP.batches_of(wildcards.experiment)]
 
 
 def experiment_entries(wildcards):
@@ -92,7 +118,7 @@ def experiment_caption(wildcards):
 
 
 def experiment_figures(wildcards):
-    return [f"{RESULTS}/figures/{wildcards.experiment}.{ext}" for ext in ("png", "pdf")]
+    return [str(path) for path in LAYOUT.figures(wildcards.experiment)]
 
 
 def simulate_mem_mb(wildcards, attempt):

@@ -5,20 +5,20 @@ rule plot:
         tickets=experiment_tickets,
     output:
         png=report(
-            f"{RESULTS}/figures/{{experiment}}.png",
+            str(LAYOUT.figure("{experiment}", "png")),
             caption="../report/figure.rst",
             category="Figures",
         ),
-        pdf=f"{RESULTS}/figures/{{experiment}}.pdf",
+        pdf=str(LAYOUT.figure("{experiment}", "pdf")),
     params:
         modules=MODULES,
         caption=experiment_caption,
     conda:
         "../envs/attnflow.yaml"
     benchmark:
-        f"{RESULTS}/benchmarks/plot/{{experiment}}.tsv"
+        str(LAYOUT.benchmark("plot", "{experiment}"))
     log:
-        f"{RESULTS}/logs/plot/{{experiment}}.log",
+        str(LAYOUT.log("plot", "{experiment}")),
     localrule: True
     script:
         "../scripts/plot.py"

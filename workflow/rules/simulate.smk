@@ -3,16 +3,16 @@ rule simulate:
     input:
         repairs=batch_repairs,
     output:
-        manifest=f"{RESULTS}/manifests/{{batch}}.json",
+        manifest=str(LAYOUT.manifest("{batch}")),
     params:
         cells=batch_cells,
         stores=STORES,
     conda:
         "../envs/attnflow.yaml"
     benchmark:
-        f"{RESULTS}/benchmarks/simulate/{{batch}}.tsv"
+        str(LAYOUT.benchmark("simulate", "{batch}"))
     log:
-        f"{RESULTS}/logs/simulate/{{batch}}.log",
+        str(LAYOUT.log("simulate", "{batch}")),
     threads: 2
     resources:
         mem_mb=simulate_mem_mb,

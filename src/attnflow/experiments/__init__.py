@@ -23,11 +23,8 @@ from typing import ClassVar
 import xarray as xr
 
 from ..cell import _DEFAULTS as CELL_DEFAULTS
+from ..errors import ConfigError  # re-exported: experiment modules raise it (defined in attnflow.errors)
 from ..registry import Registry
-
-
-class ConfigError(ValueError):
-    """A sweep config that cannot run; the message names the key and value."""
 
 
 class NoExport(NotImplementedError):

@@ -1,0 +1,84 @@
+"""The package's modules form no import cycle, function-level imports included, and each imports alone."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "attnflow"
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _imports(name: str) -> set[str]:
+    """The package's modules ``name`` imports anywhere in its source (top level or inside functions)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            candidates = [target, *(f"{target}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        for candidate in candidates:
+            while candidate and candidate not in MODULES:
+                candidate = candidate.rpartition(".")[0]
+            if candidate and candidate != name:
+                found.add(candidate)
+    return found
+
+
+def test_no_import_cycle():
+    # The package root is a facade (``attnflow.simulate``, ``attnflow.open_summary`` load lazily) that
+    # every submodule may read ``__version__`` from: its own imports are no layer's.
+    graph = {name: _imports(name) for name in MODULES if name != "attnflow"}
+    for deps in graph.values():
+        deps.discard("attnflow")
+    done, path = set(), []
+
+    def visit(name):
+        if name in path:
+            cycle = path[path.index(name):] + [name]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+        if name in done:
+            return
+        path.append(name)
+        for dep in sorted(graph.get(name, ())):
+            visit(dep)
+        path.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)
+
+
+def test_the_error_module_sits_below_everything():
+    assert _imports("attnflow.errors") == set()
+    assert "attnflow.sweep" in _imports("attnflow.config")
+    assert "attnflow.config" not in _imports("attnflow.sweep")
+
+
+@pytest.mark.parametrize("name", ["attnflow.errors", "attnflow.layout", "attnflow.sweep", "attnflow.config",
+                                  "attnflow.workflow"])
+def test_each_imports_in_a_fresh_interpreter(name):
+    proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_plotting_sits_below_the_experiments():
+    """The experiments draw with ``plotting``; ``figures`` (which looks experiments up) sits above them."""
+    assert not {m for m in _imports("attnflow.plotting") if m.startswith("attnflow.experiments")}
+    assert "attnflow.figures" not in {m for name in MODULES if name.startswith("attnflow.experiments")
+                                      for m in _imports(name)}
