@@ -120,14 +120,14 @@ def _met(value, metric, threshold):
     raise NotImplementedError("a clustering metric without its branch")
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _holds(x, criterion, ws, sc):
     """Whether the clustering criterion holds at ``x``."""
     return _met(criterion_value(x, ws.xt, sc.gram, criterion.metric, criterion.threshold), criterion.metric,
                 criterion.threshold)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def initial_step(y, f0, hd, flow, beta, method, control, span, buf, ws):
     """First step size: Hairer, Norsett & Wanner, Solving ODEs I, Sec. II.4 (as scipy's RK45).
 
@@ -156,7 +156,7 @@ def initial_step(y, f0, hd, flow, beta, method, control, span, buf, ws):
     return min(min(100.0 * h0, h1), span)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def rk_step(y, h, hd, flow, beta, method, control, buf, ws):
     """One attempted step from ``y``: stages 1.. into ``buf.stages``, the solution into ``buf.y_new``.
 
@@ -188,7 +188,7 @@ def rk_step(y, h, hd, flow, beta, method, control, buf, ws):
     return np.sqrt(total / (n * d))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def step_factor(err_norm, accepted, last_rejected, method):
     """The integral controller (as scipy's RK45): the next step over this one."""
     if err_norm == 0.0:
@@ -202,7 +202,7 @@ def step_factor(err_norm, accepted, last_rejected, method):
     return min(max(factor, _MIN_FACTOR), 1.0)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd, flow, beta, method, criterion, sampling,
                 t_eval, buf, ws, sc, out):
     """Measure the samples in ``(t, t_new]`` on the step's dense output; locate a crossing among them.

@@ -150,7 +150,7 @@ COMPILED_ENERGIES = frozenset({Energy.EXP, Energy.SOFTPLUS})
 COMPILED_ENTROPIES = frozenset({Entropy.SOFTMAX, Entropy.SIGMOID})
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _softmax_parts(flow, h, beta, causal, ws, sc):
     """Row-stochastic ``p`` with ``exp(beta s_ij) = Z_i e^{beta m_i} p_ij``: returns (p, m, Z).
 
@@ -189,7 +189,7 @@ def _softmax_parts(flow, h, beta, causal, ws, sc):
     return p, sc.m, sc.z
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     """``E_h = sum_ij exp(beta s_ij) / (2 beta n^2)`` and its exact rate (MODEL.md), over all pairs.
 
@@ -220,7 +220,7 @@ def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     return energy / (2.0 * beta * n * n), rate / (n * n)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     """``E_h = sum_ij softplus(a_ij) / (2 beta n)``, ``a = beta s - log n``, and its exact rate.
 
@@ -251,7 +251,7 @@ def _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     return energy / (2.0 * beta * n), rate / n
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _score_rates(xdot, h, ws, sc):
     """``ds_ij/dt = <xdot_i, y_j> + <xdot_j, y_i>`` (symmetric M_h) into ``sc.sdot``."""
     np.dot(xdot, ws.y[h].T, sc.sdot)  # C_ij = <xdot_i, y_j>
@@ -259,7 +259,7 @@ def _score_rates(xdot, h, ws, sc):
     return sc.sdot
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
     """Entropy of ``p = softmax_j(beta s_ij)`` (over ``j <= i`` under a mask) and Thm 27's exact rate."""
     n = xdot.shape[0]
@@ -279,7 +279,7 @@ def _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
         out.entropy_rate[b, t, h, i] = -beta * beta * lane_sum(row)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
     """Entropy of the row-normalised sigmoid weights ``p_ij = w_ij / Z_i`` and its exact rate.
 
@@ -366,8 +366,8 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
             energy, rate = _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc)
         elif flow.energy == Energy.SOFTPLUS:
             energy, rate = _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc)
-        else:
-            raise NotImplementedError("measure: an energy without its branch")
+        else:  # unreachable after check_compiled; poison rather than raise (see field.attention_weights)
+            energy, rate = np.nan, np.nan
         out.energy[b, t, h] = energy
         out.energy_rate[b, t, h] = rate
     for h in range(H if want[Group.ENTROPY] else 0):
@@ -375,8 +375,9 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
             _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t)
         elif flow.entropy == Entropy.SIGMOID:
             _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t)
-        else:
-            raise NotImplementedError("measure: an entropy without its branch")
+        else:  # unreachable after check_compiled; poison rather than raise
+            out.entropy[b, t, h] = np.nan
+            out.entropy_rate[b, t, h] = np.nan
 
     if want[Group.RADIAL]:
         for h in range(H):
