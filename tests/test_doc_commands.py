@@ -52,6 +52,8 @@ TINY = {
 RUN = {
     # README command 1: the fixture made the venv and ran `pip install .`; the sweep as a dry run.
     "python3 -m venv .venv && . .venv/bin/activate && pip install . && snakemake": "snakemake -n",
+    # README command 1's install, which the fixture made (`pip install .` into a fresh venv).
+    "pip install .": "attnflow --help",
     "snakemake": "snakemake -n",
     "snakemake -n": "snakemake -n",
     "snakemake --config dask_scheduler=synchronous": "snakemake -n --config dask_scheduler=synchronous",
@@ -101,6 +103,7 @@ NOT_RUN = {
     "python benchmarks/bench_engine.py": "a benchmark: minutes of timing runs on an idle machine",
     "python benchmarks/bench_workflow.py": "a benchmark: the full default and paper sweeps from scratch",
     "python benchmarks/bench_peers.py": "a benchmark against jax/diffrax and torch/torchode (not installed)",
+    "python benchmarks/bench_peers.py --no-scipy": "the same benchmark without scipy's one-by-one route",
     "pip install -e '.[bench]'": "installs jax and torch (gigabytes) for the benchmarks",
 }
 
