@@ -205,24 +205,17 @@ CASH_KARP = ButcherTableau(
 def test_a_tableau_without_fsal_integrates_correctly():
     # Fixed steps, flat geometry: Cash-Karp's global error falls as h^5 against DOP853 at
     # rtol 1e-13 (an FSAL loop would reuse a stage that is not f(y_new) and lose the order).
+    from test_engine import fixed_step_convergence
+
+    slope, runs = fixed_step_convergence(CASH_KARP)
+    for r in runs:  # six stages per step, none reused: 6 per step, the initial field and none else
+        assert r.n_rhs_calls[0] == 6 * r.n_steps[0] + 1
+    assert slope == pytest.approx(5.0, abs=0.3)
     rng = np.random.default_rng(1)
     n, d, H, beta = 5, 4, 2, 0.7
     m = random_symmetric(rng, H, d)
     x0 = random_sphere(rng, n, d)
     t = np.array([0.0, 2.0])
-    sol = solve_ivp(lambda _t, y: velocity(y.reshape(n, d), m, beta, "softmax", False).ravel(), (0, 2.0),
-                    x0.ravel(), method="DOP853", rtol=1e-13, atol=1e-14, t_eval=t)
-    ref = sol.y.T[-1].reshape(n, d)
-    steps = np.array([0.2, 0.1, 0.05, 0.025])
-    errors = []
-    for h in steps:
-        r = solve(x0[None], m[None], attention="softmax", beta=beta, spherical=False, t_eval=t, rtol=1,
-                  atol=1, max_steps=10_000, fixed_step=h, groups=("positions",), tableau=CASH_KARP)
-        errors.append(np.max(np.abs(r.observables["x"][0, -1] - ref)))
-        # Six stages per step, none reused: 6 per step, the initial field and none else.
-        assert r.n_rhs_calls[0] == 6 * r.n_steps[0] + 1
-    slope = np.polyfit(np.log(steps), np.log(errors), 1)[0]
-    assert slope == pytest.approx(5.0, abs=0.3)
     # Adaptive: the same end point as Dormand-Prince at the same tolerance, to its budget.
     ends = [solve(x0[None], m[None], attention="softmax", beta=beta, spherical=True, t_eval=t, rtol=1e-10,
                   atol=1e-12, max_steps=10_000, groups=("positions",), tableau=tab).observables["x"][0, -1]
