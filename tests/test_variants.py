@@ -183,6 +183,35 @@ def test_registering_a_declaration_without_its_kernel_fails_at_import():
     assert "attention 'tanh' declares" in run.stderr and "no compiled branch" in run.stderr
 
 
+@pytest.mark.parametrize("enum, member", [("Form", "DENSE"), ("Metric", "GAMMA_MEAN")])
+def test_a_head_form_or_metric_without_its_compiled_branch_is_refused(monkeypatch, enum, member):
+    # The compiled head_rows and criterion_value have no default branch either: the check the
+    # engine runs at import refuses a member whose branch is not listed as compiled.
+    import attnflow.engine as engine
+
+    table = {"Form": "COMPILED_FORMS", "Metric": "COMPILED_METRICS"}[enum]
+    monkeypatch.setattr(engine, table, frozenset(x for x in getattr(engine, table) if x.name != member))
+    with pytest.raises(NotImplementedError, match=rf"engine {enum} \['{member}'\] has no compiled branch"):
+        engine._check_enums()
+
+
+def test_borrowed_views_share_the_data_and_carry_no_owner():
+    import numba
+
+    from attnflow.engine.borrow import borrow
+
+    @numba.njit
+    def write_through(a, record):
+        views = borrow((a, record))
+        views[0][1] = 5.0
+        views[1][0][0] = 7.0
+        return views[1][1]
+
+    a, b = np.zeros(3), np.zeros(2)
+    assert write_through(a, (b, 3)) == 3
+    assert a[1] == 5.0 and b[0] == 7.0
+
+
 # Cash & Karp (1990): 5th-order weights with a 4th-order embedded pair; not FSAL. Its dense
 # output here is linear (degree 1), so samples are taken only at step ends below.
 _CK_B5 = np.array([37 / 378, 0, 250 / 621, 125 / 594, 0, 512 / 1771])

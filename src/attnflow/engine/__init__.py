@@ -37,8 +37,8 @@ from .dopri import (
     observe_batch,
     solve_batch,
 )
-from .field import COMPILED_WEIGHTS, Flow, Form, Heads
-from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, Group, Metric, Outputs
+from .field import COMPILED_FORMS, COMPILED_WEIGHTS, Flow, Form, Heads
+from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
 from .version import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 
 __all__ = ["EngineResult", "IntegrationError", "check_compiled", "observe", "solve"]
@@ -68,10 +68,20 @@ def _check_groups() -> None:
                                   f"declared observable groups {list(GROUPS.names())}")
 
 
-# At import: every declared attention type and observable group has its compiled part.
+def _check_enums() -> None:
+    """Every head form and clustering metric has its compiled branch (those branches have no default)."""
+    for enum, compiled in ((Form, COMPILED_FORMS), (Metric, COMPILED_METRICS)):
+        missing = [member.name for member in enum if member not in compiled]
+        if missing:
+            raise NotImplementedError(f"engine {enum.__name__} {missing} has no compiled branch")
+
+
+# At import: every declared attention type, observable group, head form and metric has its
+# compiled part.
 for _kind in ATTENTIONS:
     check_compiled(_kind)
 _check_groups()
+_check_enums()
 
 
 def flow_of(attention: str | AttentionType, spherical: bool, mask: str = "none") -> Flow:

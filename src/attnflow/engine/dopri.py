@@ -17,6 +17,7 @@ from enum import IntEnum
 import numba
 import numpy as np
 
+from .borrow import borrow, keep
 from .field import Heads, field, workspace
 from .measure import Metric, criterion_value, measure, scratch
 
@@ -117,7 +118,7 @@ def _met(value, metric, threshold):
         return value <= threshold
     if metric == Metric.GAMMA_MEAN:
         return value >= threshold
-    raise NotImplementedError("a clustering metric without its branch")
+    return False  # unreachable: every Metric has a branch (checked at import); a raise costs every call
 
 
 @numba.njit(cache=True, inline="always")
@@ -239,14 +240,18 @@ def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd, flow, beta
 
 @numba.njit(cache=True)
 def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, sampling, out, stats):
-    """Integrate trajectory ``b`` from ``x0`` and measure it at ``t_eval``; statistics into ``stats``."""
+    """Integrate trajectory ``b`` from ``x0`` and measure it at ``t_eval``; statistics into ``stats``.
+
+    The arguments are borrowed views (``solve_batch``); so are the buffers, owned by ``owned``
+    until the end (``engine.borrow``).
+    """
     n, d = x0.shape
-    ws = workspace(n, d, hd.H, hd.eig.shape[1], sampling.scores, not hd.shared)
-    sc = scratch(n, d, hd.H)
     n_stages = method.a.shape[0]
-    buf = Buffers(np.empty((n_stages, n, d)), np.empty((n, d)), np.empty((n, d)), np.empty((n, d)),
-                  np.empty((n, d)), np.empty((n, d)), np.empty(n_stages))
-    y = x0.copy()
+    owned = (workspace(n, d, hd.H, hd.eig.shape[1], sampling.scores, not hd.shared), scratch(n, d, hd.H),
+             Buffers(np.empty((n_stages, n, d)), np.empty((n, d)), np.empty((n, d)), np.empty((n, d)),
+                     np.empty((n, d)), np.empty((n, d)), np.empty(n_stages)),
+             x0.copy())
+    ws, sc, buf, y = borrow(owned)
     stages = buf.stages
     t_first, t_end = t_eval[0], t_eval[-1]
     calls, steps, rejected = 0, 0, 0
@@ -257,9 +262,12 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     # Stage 0 is the field at y, with what the observables of sample 0 read.
     field(y, stages[0], hd, flow, beta, sampling.scores, sampling.field, ws)
     calls += 1
-    xdot = stages[0] if sampling.field else y
-    drift = measure(y, xdot, sampling, flow, beta, hd.shared, criterion.level, ws, sc, out, b,
-                    np.int64(0))
+    # Sample 0: the velocity is the field just evaluated, when the groups need it.
+    if sampling.field:
+        drift = measure(y, stages[0], sampling, flow, beta, hd.shared, criterion.level, ws, sc, out, b,
+                        np.int64(0))
+    else:
+        drift = measure(y, y, sampling, flow, beta, hd.shared, criterion.level, ws, sc, out, b, np.int64(0))
     found = _holds(y, criterion, ws, sc)
     if found:
         t_cluster = t_first
@@ -333,6 +341,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     stats.times[b, T_CLUSTER] = t_cluster
     stats.times[b, RETRACTION] = retraction
     stats.times[b, DRIFT] = drift
+    keep(owned)
 
 
 @numba.njit(cache=True)
@@ -365,23 +374,28 @@ def heads_of(heads, b):
 
 @numba.njit(cache=True, parallel=True)
 def solve_batch(x0, heads, flow, beta, t_eval, method, control, criterion, sampling, out, stats):
-    """Integrate every trajectory of the batch (``prange``: one per thread at a time); ``beta`` is (B,)."""
+    """Integrate every trajectory of the batch (``prange``: one per thread at a time); ``beta`` is (B,).
+
+    The trajectories get borrowed views of the shared arrays, which live for this call: no
+    reference counts for threads to contend on (``engine.borrow``).
+    """
     for b in numba.prange(x0.shape[0]):
-        solve_one(np.int64(b), np.ascontiguousarray(x0[b]), heads_of(heads, b), flow, beta[b], t_eval, method,
-                  control, criterion, sampling, out, stats)
+        solve_one(np.int64(b), np.ascontiguousarray(x0[b]), heads_of(borrow(heads), b), flow, beta[b],
+                  borrow(t_eval), borrow(method), control, criterion, borrow(sampling), borrow(out),
+                  borrow(stats))
 
 
 @numba.njit(cache=True, parallel=True)
 def observe_batch(x, heads, flow, beta, sampling, level, out, drift):
     """The wanted observables of every configuration ``x[b]``, as sample 0 of ``out``."""
     for b in numba.prange(x.shape[0]):
-        hd = heads_of(heads, b)
-        xb = np.ascontiguousarray(x[b])
-        n, d = xb.shape
-        ws = workspace(n, d, hd.H, hd.eig.shape[1], True, not hd.shared)
-        sc = scratch(n, d, hd.H)
-        xdot = np.empty((n, d))
+        hd = heads_of(borrow(heads), b)
+        n, d = x.shape[1:]
+        owned = (workspace(n, d, hd.H, hd.eig.shape[1], True, not hd.shared), scratch(n, d, hd.H),
+                 np.empty((n, d)), np.ascontiguousarray(x[b]))
+        ws, sc, xdot, xb = borrow(owned)  # as in solve_one
         on = np.bool_(True)
         field(xb, xdot, hd, flow, beta[b], on, on, ws)
-        drift[b] = measure(xb, xdot, sampling, flow, beta[b], hd.shared, level, ws, sc, out, np.int64(b),
-                           np.int64(0))
+        drift[b] = measure(xb, xdot, borrow(sampling), flow, beta[b], hd.shared, level, ws, sc, borrow(out),
+                           np.int64(b), np.int64(0))
+        keep(owned)

@@ -116,6 +116,8 @@ def lane_max(a):
 
 # The weight rules with a branch in ``attention_weights``: ``check_compiled`` refuses any other.
 COMPILED_WEIGHTS = frozenset({Weights.SOFTMAX, Weights.EXP, Weights.RELU, Weights.SIGMOID})
+# The head forms with a branch in ``head_rows`` and ``field``.
+COMPILED_FORMS = frozenset({Form.DIAGONAL, Form.DENSE, Form.FACTORED})
 
 
 @numba.njit(cache=True, inline="always")
@@ -226,8 +228,8 @@ def head_rows(x, hd, h, ws):
         np.dot(x, hd.dense[h], y)
     elif hd.form == Form.FACTORED:
         np.dot(ws.zl[h], hd.ut[h], y)
-    else:
-        raise NotImplementedError("head_rows: a head form without its branch")
+    else:  # unreachable: every Form has a branch (checked at import); poison, as attention_weights
+        y[:, :] = np.nan
 
 
 @numba.njit(cache=True)

@@ -48,7 +48,7 @@ Outputs = namedtuple(
 
 # Scratch of one trajectory's measurements.
 #   row (n,): one row's terms, summed by ``lane_sum``
-#   m, z (n,): softmax shift and normaliser when taken from the raw scores
+#   p (n, n), m, z (n,): row-stochastic softmax weights, their shift and normaliser (``_softmax_parts``)
 Scratch = namedtuple("Scratch", "gram p py sdot fnorm radial parent row m z")
 
 
@@ -101,7 +101,7 @@ def criterion_value(x, xt, gram, metric, threshold):
         return 1.0 - gram_min(x, xt, gram)
     if metric == Metric.GAMMA_MEAN:
         return mean
-    raise NotImplementedError("a clustering metric without its branch")
+    return np.nan  # unreachable: every Metric has a branch (checked at import); NaN never meets one
 
 
 @numba.njit(cache=True)
@@ -146,26 +146,28 @@ def _add_transpose(c):
 
 
 # The rules with a branch in ``measure``: ``check_compiled`` refuses any other.
+COMPILED_METRICS = frozenset({Metric.EPSILON, Metric.GAMMA_MEAN})  # branches of criterion_value, dopri._met
 COMPILED_ENERGIES = frozenset({Energy.EXP, Energy.SOFTPLUS})
 COMPILED_ENTROPIES = frozenset({Entropy.SOFTMAX, Entropy.SIGMOID})
 
 
 @numba.njit(cache=True, inline="always")
 def _softmax_parts(flow, h, beta, causal, ws, sc):
-    """Row-stochastic ``p`` with ``exp(beta s_ij) = Z_i e^{beta m_i} p_ij``: returns (p, m, Z).
+    """Row-stochastic ``p`` with ``exp(beta s_ij) = Z_i e^{beta m_i} p_ij`` into ``sc.p``, ``sc.m``, ``sc.z``.
 
     From the field's weights where they are exponentials under the same mask,
-    else from the raw scores (then ``m``, ``Z`` live in the scratch). ``causal``:
-    rows over ``j <= i``, the rest 0.
+    else from the raw scores. ``causal``: rows over ``j <= i``, the rest 0.
     """
     n = ws.w.shape[1]
     p = sc.p
     if (flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP) and causal == flow.causal:
         for i in range(n):
             inv = 1.0 / ws.rowsum[h, i]
+            sc.m[i] = ws.rowmax[h, i]
+            sc.z[i] = ws.rowsum[h, i]
             for j in range(n):
                 p[i, j] = ws.w[h, i, j] * inv
-        return p, ws.rowmax[h], ws.rowsum[h]
+        return
     s = ws.sraw[h]
     for i in range(n):
         active = i + 1 if causal else n
@@ -186,7 +188,6 @@ def _softmax_parts(flow, h, beta, causal, ws, sc):
             row[j] = 0.0
         sc.m[i] = m
         sc.z[i] = total
-    return p, sc.m, sc.z
 
 
 @numba.njit(cache=True, inline="always")
@@ -198,16 +199,19 @@ def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     the head output already is ``P Y`` (rows normalised) or ``e^{-beta m_i} g_i``
     (not), so no product is needed.
     """
-    n, d = xdot.shape
     exponential = flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP
-    fast = shared_rows and not flow.causal and exponential
-    if fast:
-        m, z = ws.rowmax[h], ws.rowsum[h]
-        py = ws.f[h]
-    else:
-        p, m, z = _softmax_parts(flow, h, beta, False, ws, sc)
-        np.dot(p, ws.y[h], sc.py)
-        py = sc.py
+    if shared_rows and not flow.causal and exponential:
+        return _exp_energy_sums(beta, ws.rowmax[h], ws.rowsum[h], ws.f[h], flow.normalised, xdot)
+    _softmax_parts(flow, h, beta, False, ws, sc)
+    np.dot(sc.p, ws.y[h], sc.py)
+    return _exp_energy_sums(beta, sc.m, sc.z, sc.py, True, xdot)
+
+
+@numba.njit(cache=True, inline="always")
+def _exp_energy_sums(beta, m, z, py, scale_rows, xdot):
+    """The sums of ``_exp_energy``: ``c_i = Z_i e^{beta m_i}`` and ``g_i = c_i (P Y)_i``, or
+    ``g_i = e^{beta m_i} py_i`` when ``py`` is unnormalised (``scale_rows`` False)."""
+    n, d = xdot.shape
     energy, rate = 0.0, 0.0
     for i in range(n):
         shift = np.exp(beta * m[i])  # exactly 1 for exp weights (m = 0)
@@ -216,7 +220,7 @@ def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
         dot = 0.0
         for k in range(d):
             dot += xdot[i, k] * py[i, k]
-        rate += (c if flow.normalised or not fast else shift) * dot
+        rate += (c if scale_rows else shift) * dot
     return energy / (2.0 * beta * n * n), rate / (n * n)
 
 
@@ -240,15 +244,22 @@ def _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc):
             energy += max(a, 0.0) + np.log1p(e)
             coeff[i, j] = 1.0 / (1.0 + e) if a >= 0.0 else e / (1.0 + e)
     if shared_rows and not flow.causal and not flow.normalised and flow.weights == Weights.SIGMOID:
-        g = ws.f[h]
+        rate = _frobenius(xdot, ws.f[h])
     else:
         np.dot(coeff, ws.y[h], sc.py)
-        g = sc.py
-    rate = 0.0
+        rate = _frobenius(xdot, sc.py)
+    return energy / (2.0 * beta * n), rate / n
+
+
+@numba.njit(cache=True, inline="always")
+def _frobenius(a, b):
+    """``sum_ik a_ik b_ik``."""
+    n, d = a.shape
+    total = 0.0
     for i in range(n):
         for k in range(d):
-            rate += xdot[i, k] * g[i, k]
-    return energy / (2.0 * beta * n), rate / n
+            total += a[i, k] * b[i, k]
+    return total
 
 
 @numba.njit(cache=True, inline="always")
@@ -263,7 +274,8 @@ def _score_rates(xdot, h, ws, sc):
 def _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
     """Entropy of ``p = softmax_j(beta s_ij)`` (over ``j <= i`` under a mask) and Thm 27's exact rate."""
     n = xdot.shape[0]
-    p, m, z = _softmax_parts(flow, h, beta, flow.causal, ws, sc)
+    _softmax_parts(flow, h, beta, flow.causal, ws, sc)
+    p, m, z = sc.p, sc.m, sc.z
     s, s_rate = ws.sraw[h], _score_rates(xdot, h, ws, sc)
     row = sc.row
     for i in range(n):
