@@ -363,7 +363,7 @@ def check_needs(experiment: Experiment, spec: Spec, points: list[Point]) -> None
             raise ConfigError(f"experiments.{name}.fixed.{key}: must be {value} ({why})")
     for key, why in experiment.fixed_only.items():
         if key in spec.grid:
-            raise ConfigError(f"experiments.{name}.grid.{key}: must be fixed ({why})")
+            raise ConfigError(f"experiments.{name}.grid.{key} = {spec.grid[key]!r}: must be fixed ({why})")
     for axis in experiment.axes:
         values = spec.values(axis.name)
         why = f" ({axis.why})" if axis.why else ""
