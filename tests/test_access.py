@@ -7,7 +7,7 @@ from sweep_helpers import write_config
 
 import attnflow
 from attnflow.access import NotBuiltError, NotOnGrid
-from attnflow.experiments import ConfigError
+from attnflow.errors import ConfigError
 from attnflow.store import RECORD, CorruptStore
 from attnflow.sweep import store_path
 

@@ -1,7 +1,7 @@
 import pytest
 
 from attnflow import Cell
-from attnflow.config import validate
+from attnflow.config import ConfigError, points_of, validate
 from attnflow.sweep import cell_id, spec_points, store_path
 
 CONFIG = {
@@ -86,9 +86,14 @@ def test_equal_cells_on_one_grid_share_a_store():
     assert sum(len(c) for c in sweep.batches.values()) == 12
 
 
-def test_spec_points_name_the_experiment():
+def test_the_config_layer_names_the_experiment_of_a_bad_cell():
+    # sweep.spec_points expands a checked spec and lets Cell's own error through; attnflow.config
+    # is the layer that turns it into a ConfigError naming the experiment and grid point.
     sweep = validate(CONFIG)
     spec = sweep.specs["beta_star"]
     bad = type(spec)(spec.name, {**spec.fixed, "d": 5}, spec.grid, spec.batch_over)
-    with pytest.raises(ValueError, match=r"experiments\.beta_star \(grid point .*Cell\.d = 5"):
+    with pytest.raises(ValueError, match=r"^Cell\.d = 5") as err:
         spec_points(bad)
+    assert not isinstance(err.value, ConfigError)
+    with pytest.raises(ConfigError, match=r"^experiments\.beta_star \(grid point .*Cell\.d = 5"):
+        points_of(bad)

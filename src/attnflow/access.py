@@ -46,6 +46,11 @@ def load_sweep(configfile: str | Path = DEFAULT_CONFIG, results: str | Path | No
 
 
 def _check_experiment(sweep, experiment: str, configfile) -> None:
+    """The experiment a caller asks for, against a config ``attnflow.config`` accepted.
+
+    A check of this call's argument, not of the config's content (which ``attnflow.config``
+    owns), so it lives with the call; ``ConfigError`` as the name is one of the config's keys.
+    """
     if experiment in sweep.specs:
         return
     if experiment in sweep.skipped:

@@ -2,15 +2,26 @@
 
 A config is YAML with ``results``, ``dask_scheduler``, ``experiment_modules``,
 ``defaults`` (cell fields shared by every experiment) and ``experiments`` (one
-block per experiment: ``fixed``, ``grid``, ``batch_over``). The schema is
-generated from ``Cell``'s fields and the experiment registry, so a new field,
-attention type, head structure or experiment reaches it with no edit here.
-Every error is one ``ConfigError`` line naming the offending key and value.
+block per experiment: ``fixed``, ``grid``, ``batch_over``, ``extra_points``). The
+schema is generated from ``Cell``'s fields and the experiment registry, so a new
+field, attention type, head structure or experiment reaches it with no edit here.
+
+This module is the one owner of checking a config's content; every error is one
+``ConfigError`` line naming the offending key and value. It checks, in order: the
+YAML (``load``), the experiment modules, the schema, ``results`` and the scheduler,
+then each experiment block: its extra points, ``batch_over`` and grid values, the
+files it names (the experiment's ``inputs``), every cell (``Cell``'s own
+``ValueError``, turned into a ``ConfigError`` naming the experiment and grid point)
+and what the experiment declares it needs (``axes``, ``pinned``, ``fixed_only``,
+``bounds``; see ``attnflow.experiments.Experiment``). Experiments declare, this
+module evaluates; ``attnflow.sweep`` then only expands the checked config into
+cells and batches (``config`` imports ``sweep``, never the reverse).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import socket
 from pathlib import Path
@@ -22,9 +33,9 @@ import yaml
 from .cell import _DEFAULTS as CELL_DEFAULTS
 from .cell import FIELD_CHOICES, FIELD_DOCS, Cell
 from .errors import ConfigError
-from .experiments import registry
+from .experiments import Experiment, ExperimentModuleError, Spec, registry
 from .observables import GROUPS
-from .sweep import Sweep
+from .sweep import Point, Sweep, point, resolve
 
 SCHEDULERS = ("threads", "synchronous", "distributed")
 SEED_MAX = 2**63 - 1
@@ -213,6 +224,24 @@ def check_scheduler(name: str, timeout: float = 2.0) -> None:
         raise ConfigError(f"dask_scheduler = {name!r}: no scheduler answers there ({err})") from None
 
 
+def experiment_registry(modules):
+    """The built-in experiments and those of ``experiment_modules``, each module importable and
+    defining an ``EXPERIMENT`` that declares its needs (an old-style ``check`` method is refused,
+    since nothing would call it)."""
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise ConfigError(f"experiment_modules = {modules!r}: must be a list of module names")
+    try:
+        experiments = registry(modules)
+    except (ExperimentModuleError, ValueError) as err:  # ValueError: a name declared twice
+        raise ConfigError(f"experiment_modules: {err}") from None
+    for exp in experiments:
+        if hasattr(exp, "check"):
+            raise ConfigError(f"experiment_modules: experiment {exp.name} defines check(), which nothing "
+                              "calls; declare what it needs as axes, pinned, fixed_only, bounds or inputs "
+                              "(attnflow.experiments.Experiment)")
+    return experiments
+
+
 def validate(config: dict, *, reach_scheduler: bool = True):
     """Check a whole config before any job; return the ``Sweep`` it describes.
 
@@ -222,10 +251,7 @@ def validate(config: dict, *, reach_scheduler: bool = True):
     """
     if not isinstance(config, dict):
         raise ConfigError(f"the config must be a mapping, got {type(config).__name__}")
-    modules = config.get("experiment_modules", [])
-    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
-        raise ConfigError(f"experiment_modules = {modules!r}: must be a list of module names")
-    experiments = registry(modules)
+    experiments = experiment_registry(config.get("experiment_modules", []))
     unknown = [k for k in (config.get("experiments") or {}) if k not in experiments]
     if unknown:
         raise ConfigError(f"experiments.{unknown[0]}: unknown experiment "
@@ -237,7 +263,127 @@ def validate(config: dict, *, reach_scheduler: bool = True):
     check_results(config.get("results", TOP_LEVEL["results"][0]))
     if reach_scheduler:
         check_scheduler(config.get("dask_scheduler", TOP_LEVEL["dask_scheduler"][0]))
-    return Sweep.from_config(config, experiments)
+    specs, skipped = resolve(config, experiments)
+    if not specs:
+        raise ConfigError("experiments: empty, nothing to run")
+    points = {}
+    for name, spec in specs.items():
+        experiment = experiments.get(name)
+        check_block(spec)
+        check_inputs(experiment, spec)
+        if name not in skipped:  # one that cannot run on this machine has no cells to check
+            points[name] = points_of(spec)
+            check_needs(experiment, spec, points[name])
+    if not points:
+        raise ConfigError("experiments: none can run here ("
+                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
+    return Sweep.expand(config, experiments, specs, points, skipped)
 
 
-__all__ = ["ConfigError", "check_results", "check_scheduler", "load", "schema", "validate"]
+# --- the experiment blocks -------------------------------------------------------------------------
+def where(spec: Spec, key: str) -> str:
+    """The config key of a cell field in an experiment block: ``experiments.<name>.grid.<key>`` on a
+    grid axis, else ``experiments.<name>.fixed.<key>`` (where the value came from the defaults too)."""
+    return f"experiments.{spec.name}.{'grid' if key in spec.grid else 'fixed'}.{key}"
+
+
+def _canonical(value):
+    """Numbers compared as values: 1 and 1.0 are one grid value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return repr(value)
+    return repr(float(value)) if math.isfinite(value) else repr(value)
+
+
+def check_grid(name: str, grid: dict) -> None:
+    """Each grid value once (1 and 1.0 are one value), and each a single value: a list (say
+    ``seeds: [[0, 1], [2, 3]]``) would name a batch and a store by its text."""
+    for axis, values in grid.items():
+        seen = {}
+        for value in values:
+            if isinstance(value, (list, tuple, dict)):
+                raise ConfigError(f"experiments.{name}.grid.{axis}: {value!r} is a {type(value).__name__}; "
+                                  "a grid axis takes single values (a list-valued field such as seeds "
+                                  "goes under fixed)")
+            key = _canonical(value)
+            if key in seen:
+                raise ConfigError(f"experiments.{name}.grid.{axis}: {seen[key]!r} and {value!r} are the "
+                                  "same value (each value once)")
+            seen[key] = value
+
+
+def check_block(spec: Spec) -> None:
+    """A block's own shape: each extra point gives exactly the grid axes, each ``batch_over`` axis is
+    on the grid, each grid value is a single value and appears once."""
+    for extra in spec.extra_points:
+        if set(extra) != set(spec.grid):
+            raise ConfigError(f"experiments.{spec.name}.extra_points: {extra!r} must give exactly the "
+                              f"grid axes ({', '.join(spec.grid)})")
+    for axis in spec.batch_over:
+        if axis not in spec.grid:
+            raise ConfigError(f"experiments.{spec.name}.batch_over: {axis!r} is not a grid axis "
+                              f"(grid: {', '.join(spec.grid) or 'none'})")
+    check_grid(spec.name, spec.grid)
+
+
+def check_inputs(experiment: Experiment, spec: Spec) -> None:
+    """Every value of a field the experiment declares under ``inputs`` names a file that exists."""
+    for key, problem_of in experiment.inputs.items():
+        for value in spec.values(key):
+            problem = problem_of(value)
+            if problem:
+                raise ConfigError(f"{where(spec, key)}: {problem}")
+
+
+def points_of(spec: Spec) -> list[Point]:
+    """The grid points of a spec (``attnflow.sweep.point``); a cell ``Cell`` refuses is a
+    ``ConfigError`` naming the experiment and the grid point, then Cell's own message (the field)."""
+    points = []
+    for coords in spec.coordinates():
+        try:
+            points.append(point(spec, coords))
+        except TypeError as err:  # a field Cell does not have
+            raise ConfigError(f"experiments.{spec.name}: {err}") from None
+        except ValueError as err:
+            at = f" (grid point {coords})" if coords else ""
+            raise ConfigError(f"experiments.{spec.name}{at}: {err}") from None
+    return points
+
+
+def check_needs(experiment: Experiment, spec: Spec, points: list[Point]) -> None:
+    """What the experiment declares its figure needs, in order: no causal mask unless the figure is
+    drawn over ``mask`` (the paper's closed forms are for unmasked attention), its ``pinned`` fields
+    at their values, its ``fixed_only`` fields off the grid, enough values of each of its ``axes``
+    (and the values they require), and every value of a ``bounds`` field inside its range."""
+    name = experiment.name
+    if "mask" not in {axis.name for axis in experiment.axes} and spec.values("mask") != ["none"]:
+        raise ConfigError(f"{where(spec, 'mask')} = {spec.values('mask')!r}: the {name} figure draws closed "
+                          "forms of unmasked attention; masks are compared in the variants experiment")
+    for key, (value, why) in experiment.pinned.items():
+        if key in spec.grid or spec.fixed.get(key) != value:
+            raise ConfigError(f"experiments.{name}.fixed.{key}: must be {value} ({why})")
+    for key, why in experiment.fixed_only.items():
+        if key in spec.grid:
+            raise ConfigError(f"experiments.{name}.grid.{key} = {spec.grid[key]!r}: must be fixed ({why})")
+    for axis in experiment.axes:
+        values = spec.values(axis.name)
+        why = f" ({axis.why})" if axis.why else ""
+        if len(values) < axis.min_values:
+            raise ConfigError(f"{where(spec, axis.name)} = {values!r}: the {name} figure needs at least "
+                              f"{axis.min_values} values{why}")
+        for value in axis.required:
+            if value not in values:
+                raise ConfigError(f"{where(spec, axis.name)} = {values!r}: the {name} figure needs "
+                                  f"{value!r} among them{why}")
+    for bound in experiment.bounds:
+        for p in points:
+            low, high = bound.ends(p.cell)
+            value = p.coords.get(bound.key, spec.fixed.get(bound.key))
+            if not low < getattr(p.cell, bound.key) < high:
+                ends = f"({low:.4g}, {high:.4g})"
+                if bound.low_text or bound.high_text:
+                    ends = f"{bound.describe()} = {ends}"
+                raise ConfigError(f"{where(spec, bound.key)}: {value!r} must lie in {ends}")
+
+
+__all__ = ["ConfigError", "check_block", "check_grid", "check_inputs", "check_needs", "check_results",
+           "check_scheduler", "experiment_registry", "load", "points_of", "schema", "validate", "where"]

@@ -17,6 +17,11 @@ def experiments_markdown(experiments=None) -> str:
         "every closed form are in [model.md](model.md); the config keys in",
         "[config/README.md](../config/README.md).",
         "",
+        "What each experiment needs of its config (figure axes, pinned fields, fields that must stay",
+        "fixed, bounds, input files) is declared in its module and checked, with the rest of the",
+        "config, by `attnflow.config.validate` before any job runs; see",
+        "[Adding an experiment](#adding-an-experiment).",
+        "",
     ]
     for exp in experiments:
         axes = ", ".join(
@@ -35,6 +40,14 @@ def experiments_markdown(experiments=None) -> str:
             *([("**Pinned** (must stay fixed at these values): "
                 + "; ".join(f"`{key}: {value}` ({why})" for key, (value, why) in exp.pinned.items()) + "."),
                ""] if exp.pinned else []),
+            *([("**Fixed only** (one value, never a grid axis): "
+                + "; ".join(f"`{key}` ({why})" for key, why in exp.fixed_only.items()) + "."),
+               ""] if exp.fixed_only else []),
+            *([("**Bounds** (every value, at each grid point): "
+                + "; ".join(f"`{b.key}` in {b.describe()}" for b in exp.bounds) + "."),
+               ""] if exp.bounds else []),
+            *([("**Input files** (must exist): " + ", ".join(f"`{key}`" for key in exp.inputs) + "."),
+               ""] if exp.inputs else []),
             f"**The figure.** {exp.caption}",
             "",
             f"**How to read it.** {exp.reading}",
@@ -46,7 +59,36 @@ def experiments_markdown(experiments=None) -> str:
             "```",
             "",
         ]
-    return "\n".join(lines)
+    return "\n".join(lines + ADDING)
+
+
+ADDING = [
+    "## Adding an experiment",
+    "",
+    "Write a module defining `EXPERIMENT`, an instance of a subclass of",
+    "`attnflow.experiments.Experiment`, and list it under `experiment_modules` (or add it to",
+    "`src/attnflow/experiments/`); `tests/toy_experiment.py` is a complete example. What the",
+    "figure needs of the config is declared as class attributes, never checked by the module:",
+    "",
+    "| attribute | declares | refused (one `ConfigError` line) when |",
+    "|---|---|---|",
+    "| `axes` | `Axis(name, min_values, required, why)`: the fields the figure is drawn over | "
+    "a field has fewer values, or lacks a required one |",
+    "| `pinned` | field -> (value, why): the closed form's fixed values | "
+    "the field is on the grid or has another value |",
+    "| `fixed_only` | field -> why: any one value, never a grid axis | the field is on the grid |",
+    "| `bounds` | `Bound(key, low, high, low_text, high_text)`: an open range, ends numbers or "
+    "functions of the grid point's `Cell` | a value lies outside it at some grid point |",
+    "| `inputs` | field -> function of a value returning why it names no file, or None | "
+    "a value names no file |",
+    "",
+    "Every figure not drawn over `mask` is refused a causal mask (the closed forms are for",
+    "unmasked attention). `attnflow.config` (`check_needs`, `check_inputs`) evaluates the",
+    "declarations and is the only module that raises `ConfigError` for a config's content;",
+    "`unavailable(spec)` is separate: it returns why the experiment cannot run on this machine",
+    "(say, optional weights not installed), and the sweep skips it with that reason.",
+    "",
+]
 
 
 def _value(v) -> str:
@@ -74,6 +116,12 @@ def config_markdown() -> str:
         "Generated from `attnflow.Cell` and the declarations by `attnflow docs --output docs`; a test",
         "fails when this file and the code disagree. How the keys combine:",
         "[config/README.md](../config/README.md).",
+        "",
+        "Every check of a config's content lives in `attnflow.config` (`load`, `validate`): the YAML,",
+        "the schema below, `results` and the scheduler, each experiment block (extra points,",
+        "`batch_over`, grid values, the cells, which `Cell` itself refuses with the field named) and",
+        "what each experiment declares it needs ([experiments.md](experiments.md#adding-an-experiment)).",
+        "Each refusal is one `ConfigError` line naming the key and value.",
         "",
         "## Top level",
         "",

@@ -65,7 +65,12 @@ def run_workflow(configfile: Path, experiment: str, snakefile: Path, args, log=p
 
 def refine(configfile: str | Path, experiment: str, rounds: int = 1, snakemake_args=("--cores", "all"),
            snakefile: str | Path | None = None, log=print) -> Path:
-    """Refine ``experiment``'s boundary ``rounds`` times; return the refined config's path."""
+    """Refine ``experiment``'s boundary ``rounds`` times; return the refined config's path.
+
+    The config is checked by ``attnflow.config.validate``; the ``ConfigError`` raised here are
+    about this command's arguments (``rounds``, the workflow file, the experiment to refine),
+    which only the command knows, so they stay with it.
+    """
     from .store import open_verified
 
     if not isinstance(rounds, int) or rounds < 1:

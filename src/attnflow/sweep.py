@@ -1,5 +1,10 @@
 """From a validated config to cells, batches and stores.
 
+Nothing here checks a config: ``attnflow.config.validate`` does, and then calls
+``Sweep.expand`` with what it resolved (this module never imports ``config``).
+Given a config ``validate`` has not accepted, the functions here may fail with
+whatever error the bad value causes (a ``Cell``'s own ``ValueError``, say).
+
 Each experiment's grid is the Cartesian product of its axes; each cell's
 store is named by a hash of all its fields, so adding a value to an axis adds
 stores and changes none. Cells are grouped into batches (one simulation job
@@ -13,13 +18,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from .cell import Cell
-from .errors import ConfigError
 from .experiments import Spec
 from .layout import FAILURE_SUFFIX, STORE_SUFFIX, Layout, store_id
 from .store import StoreState, write
@@ -57,30 +60,6 @@ def verify_cell(path: str | Path, *, checksums: bool = True) -> StoreState:
     return verify_store(path, checksums=checksums, expect=store_versions())
 
 
-def _canonical(value):
-    """Numbers compared as values: 1 and 1.0 are one grid value."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return repr(value)
-    return repr(float(value)) if math.isfinite(value) else repr(value)
-
-
-def check_grid(name: str, grid: dict) -> None:
-    """Each grid value once (1 and 1.0 are one value), and each a single value: a list (say
-    ``seeds: [[0, 1], [2, 3]]``) would name a batch and a store by its text."""
-    for axis, values in grid.items():
-        seen = {}
-        for value in values:
-            if isinstance(value, (list, tuple, dict)):
-                raise ConfigError(f"experiments.{name}.grid.{axis}: {value!r} is a {type(value).__name__}; "
-                                  "a grid axis takes single values (a list-valued field such as seeds "
-                                  "goes under fixed)")
-            key = _canonical(value)
-            if key in seen:
-                raise ConfigError(f"experiments.{name}.grid.{axis}: {seen[key]!r} and {value!r} are the "
-                                  "same value (each value once)")
-            seen[key] = value
-
-
 def store_path(root: str | Path, cell: Cell) -> Path:
     return Path(root) / f"{cell_id(cell)}{STORE_SUFFIX}"
 
@@ -116,20 +95,28 @@ class Point:
     cell: Cell
 
 
+def resolve(config: dict, experiments) -> tuple[dict[str, Spec], dict[str, str]]:
+    """Every experiment block resolved to its ``Spec``, and those experiments that cannot run on
+    this machine (name -> the experiment's ``unavailable`` reason)."""
+    specs, skipped = {}, {}
+    for name, block in (config.get("experiments") or {}).items():
+        experiment = experiments.get(name)
+        specs[name] = spec = experiment.spec(block, config.get("defaults"))
+        reason = experiment.unavailable(spec)
+        if reason:
+            skipped[name] = reason
+    return specs, skipped
+
+
+def point(spec: Spec, coords: dict) -> Point:
+    """The grid point of a spec at ``coords``: its fixed fields and the coordinates, as a ``Cell``
+    (whose own ``ValueError`` names a field it refuses)."""
+    return Point(coords, Cell(**{**spec.fixed, **coords}))
+
+
 def spec_points(spec: Spec) -> list[Point]:
-    """The grid points of a resolved spec (the product, then any extra points, each once);
-    ``ConfigError`` naming the experiment for a bad cell."""
-    points = []
-    for coords in spec.coordinates():
-        try:
-            cell = Cell(**{**spec.fixed, **coords})
-        except TypeError as err:  # a field Cell does not have
-            raise ConfigError(f"experiments.{spec.name}: {err}") from None
-        except ValueError as err:
-            where = f" (grid point {coords})" if coords else ""
-            raise ConfigError(f"experiments.{spec.name}{where}: {err}") from None
-        points.append(Point(coords, cell))
-    return points
+    """The grid points of a resolved spec (the product, then any extra points, each once)."""
+    return [point(spec, coords) for coords in spec.coordinates()]
 
 
 def _batch_key(spec: Spec, coords: dict) -> str:
@@ -152,36 +139,27 @@ class Sweep:
 
     @classmethod
     def from_config(cls, config: dict, experiments) -> Sweep:
-        blocks = config.get("experiments") or {}
-        if not blocks:
-            raise ConfigError("experiments: empty, nothing to run")
-        specs, points, skipped = {}, {}, {}
-        for name, block in blocks.items():
-            experiment = experiments.get(name)
-            spec = experiment.spec(block, config.get("defaults"))
-            reason = experiment.unavailable(spec)
-            if reason:
-                skipped[name] = reason
-                continue
-            for axis in spec.batch_over:
-                if axis not in spec.grid:
-                    raise ConfigError(f"experiments.{name}.batch_over: {axis!r} is not a grid axis "
-                                      f"(grid: {', '.join(spec.grid) or 'none'})")
-            check_grid(name, spec.grid)
-            points[name] = spec_points(spec)
-            experiment.check(spec)
-            specs[name] = spec
+        """The sweep of a config ``attnflow.config.validate`` accepts (which is what callers should
+        call: it checks the config first and returns this)."""
+        specs, skipped = resolve(config, experiments)
+        points = {name: spec_points(spec) for name, spec in specs.items() if name not in skipped}
+        return cls.expand(config, experiments, specs, points, skipped)
+
+    @classmethod
+    def expand(cls, config: dict, experiments, specs: dict[str, Spec], points: dict[str, list[Point]],
+               skipped: dict[str, str]) -> Sweep:
+        """The sweep of checked specs: the ``skipped`` experiments left out, the others' grid points
+        (``points``: name -> its points) grouped into batches, each cell owned by the first batch that
+        needs it."""
+        specs = {name: spec for name, spec in specs.items() if name not in skipped}
         batches: dict[str, list[Cell]] = {}
         owned: set[str] = set()
         for name, spec in specs.items():
-            for point in points[name]:
-                cid = cell_id(point.cell)
+            for p in points[name]:
+                cid = cell_id(p.cell)
                 if cid not in owned:
                     owned.add(cid)
-                    batches.setdefault(_batch_key(spec, point.coords), []).append(point.cell)
-        if not specs:
-            raise ConfigError("experiments: none can run here ("
-                              + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
+                    batches.setdefault(_batch_key(spec, p.coords), []).append(p.cell)
         return cls(config, experiments, specs, points, batches, skipped)
 
     @property
@@ -272,6 +250,6 @@ def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=Non
     return BatchResult(paths, failed)
 
 
-__all__ = ["BatchResult", "CELL_ERRORS", "Point", "STORE_SUFFIX", "Sweep", "cell_id", "check_grid",
-           "config_digest", "describe_failures", "failure_of", "failure_path", "run_batch", "spec_points",
+__all__ = ["BatchResult", "CELL_ERRORS", "Point", "STORE_SUFFIX", "Sweep", "cell_id", "config_digest",
+           "describe_failures", "failure_of", "failure_path", "point", "resolve", "run_batch", "spec_points",
            "store_path", "store_versions", "summary_versions", "verify_cell"]

@@ -7,6 +7,14 @@ per-store reduction, the derivation across cells, the figure and the report
 caption. The registry is built from the modules of this package plus any
 module a config names under ``experiment_modules``; validation, the schema, the
 workflow, the docs and the figures all read it.
+
+What an experiment needs of its config is declared as data, never checked here:
+``axes`` (values the figure is drawn over), ``pinned`` (fields fixed at one value),
+``fixed_only`` (fields that must not be grid axes), ``bounds`` (a range every value of
+a field must lie in) and ``inputs`` (fields naming a file that must exist).
+``attnflow.config`` evaluates them, with every other config check, and is the one
+module that raises ``ConfigError`` for a config's content; an experiment module
+raises none and has no ``check`` to override.
 """
 
 from __future__ import annotations
@@ -16,14 +24,15 @@ import dataclasses
 import importlib
 import itertools
 import json
+import math
 import pkgutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 import xarray as xr
 
 from ..cell import _DEFAULTS as CELL_DEFAULTS
-from ..errors import ConfigError  # re-exported: experiment modules raise it (defined in attnflow.errors)
+from ..cell import Cell
 from ..registry import Registry
 
 
@@ -39,6 +48,33 @@ class Axis:
     min_values: int = 1  # the figure needs at least this many values
     required: tuple = ()  # values that must be among them
     why: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """Every value of the cell field ``key`` must lie strictly between ``low`` and ``high``.
+
+    An end is a number or a function of the grid point's ``Cell`` (an end that depends on
+    other fields, such as ``1/sqrt(d)``). ``low_text`` and ``high_text`` write the ends in
+    the refusal, which ``attnflow.config`` formats: ``experiments.<name>.grid.<key>: <value>
+    must lie in (<low_text>, <high_text>) = (<low>, <high>)``.
+    """
+
+    key: str
+    low: float | Callable[[Cell], float] = -math.inf
+    high: float | Callable[[Cell], float] = math.inf
+    low_text: str = ""
+    high_text: str = ""
+
+    def ends(self, cell: Cell) -> tuple[float, float]:
+        """``(low, high)`` at one grid point."""
+        return tuple(float(end(cell)) if callable(end) else float(end) for end in (self.low, self.high))
+
+    def describe(self) -> str:
+        """The interval as the docs write it, e.g. ``(gamma0 = 1/sqrt(d), 1)``."""
+        low = self.low_text or (f"{self.low:g}" if not callable(self.low) else "?")
+        high = self.high_text or (f"{self.high:g}" if not callable(self.high) else "?")
+        return f"({low}, {high})"
 
 
 def point_key(coords: dict) -> str:
@@ -98,8 +134,17 @@ class Experiment:
     defaults: ClassVar[dict]  # the default config block: fixed, grid, batch_over
     caption: ClassVar[str]  # report caption
     reading: ClassVar[str]  # how to read the figure, for docs/experiments.md
+    # What the experiment needs of its config, declared here and checked by attnflow.config alone
+    # (each refusal one ConfigError line naming the experiment, key and value):
     # Cell fields the closed form is derived for, fixed at one value: field -> (value, why).
     pinned: ClassVar[dict[str, tuple[object, str]]] = {}
+    # Cell fields that may take any one value but must not be grid axes: field -> why.
+    fixed_only: ClassVar[dict[str, str]] = {}
+    # Ranges every value of a cell field must lie in (beyond what Cell itself accepts).
+    bounds: ClassVar[tuple[Bound, ...]] = ()
+    # Cell fields naming an input file: field -> a function of one value that says why it names
+    # no readable file (one line, e.g. "weights = 'x': no such file"), or None when it does.
+    inputs: ClassVar[dict[str, Callable[[object], str | None]]] = {}
     # The version of ``reduce`` and ``derive``: bump it with a change that moves a number in
     # the summary. Summaries record it; the workflow rebuilds (with its figure) one built
     # under another.
@@ -130,42 +175,14 @@ class Experiment:
         for axis in grid:
             fixed.pop(axis, None)
         extra = tuple(dict(p) for p in block.get("extra_points") or ())
-        for point in extra:
-            if set(point) != set(grid):
-                raise ConfigError(f"experiments.{self.name}.extra_points: {point!r} must give exactly the "
-                                  f"grid axes ({', '.join(grid)})")
         return Spec(self.name, fixed, grid, tuple(batch_over), extra)
 
-    def check(self, spec: Spec) -> None:
-        """Refuse a spec the figure cannot be drawn from; ``ConfigError`` naming the experiment and key.
-
-        The base checks ``axes`` and ``pinned``, and refuses a causal mask in an experiment that
-        does not draw over ``mask``: the paper's closed forms are for unmasked attention. Subclasses
-        may add checks (call ``super().check``).
-        """
-        if "mask" not in {axis.name for axis in self.axes} and spec.values("mask") != ["none"]:
-            where = f"experiments.{self.name}.{'grid' if 'mask' in spec.grid else 'fixed'}.mask"
-            raise ConfigError(f"{where} = {spec.values('mask')!r}: the {self.name} figure draws closed forms "
-                              "of unmasked attention; masks are compared in the variants experiment")
-        for key, (value, why) in self.pinned.items():
-            if key in spec.grid or spec.fixed.get(key) != value:
-                raise ConfigError(f"experiments.{self.name}.fixed.{key}: must be {value} ({why})")
-        for axis in self.axes:
-            values = spec.values(axis.name)
-            where = f"experiments.{self.name}.{'grid' if axis.name in spec.grid else 'fixed'}.{axis.name}"
-            why = f" ({axis.why})" if axis.why else ""
-            if len(values) < axis.min_values:
-                raise ConfigError(f"{where} = {values!r}: the {self.name} figure needs at least "
-                                  f"{axis.min_values} values{why}")
-            for value in axis.required:
-                if value not in values:
-                    raise ConfigError(f"{where} = {values!r}: the {self.name} figure needs "
-                                      f"{value!r} among them{why}")
-
     def unavailable(self, spec: Spec) -> str | None:
-        """Why this experiment cannot run here (say, optional weights not installed), or None.
+        """Why this experiment cannot run on this machine (say, optional weights not installed), or None.
 
-        An unavailable experiment is skipped with that message instead of failing the sweep.
+        An unavailable experiment is skipped with that message instead of failing the sweep. A
+        mistake in the config (a file it names that does not exist) is no reason to skip: declare
+        it under ``inputs``, and ``attnflow.config`` refuses it.
         """
         return None
 
@@ -258,25 +275,32 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
+class ExperimentModuleError(ImportError):
+    """A module named as an experiment module that cannot be imported or defines no ``EXPERIMENT``.
+
+    ``attnflow.config`` reports it as the ``ConfigError`` ``experiment_modules: <this message>``.
+    """
+
+
 def _module_experiments(module_names: Iterable[str]) -> list[Experiment]:
     found = []
     for module_name in module_names:
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:
-            raise ConfigError(f"experiment_modules: cannot import {module_name!r}: {err}") from None
+            raise ExperimentModuleError(f"cannot import {module_name!r}: {err}") from None
         except Exception as err:  # the module itself is broken: name it, not a traceback from inside
             where = ""
             tb = err.__traceback__
             while tb is not None:
                 where = f" ({tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno})"
                 tb = tb.tb_next
-            raise ConfigError(f"experiment_modules: importing {module_name!r} failed: "
-                              f"{type(err).__name__}: {err}{where}") from None
+            raise ExperimentModuleError(f"importing {module_name!r} failed: "
+                                        f"{type(err).__name__}: {err}{where}") from None
         experiment = getattr(module, "EXPERIMENT", None)
         if not isinstance(experiment, Experiment):
-            raise ConfigError(f"experiment_modules: {module_name!r} defines no EXPERIMENT "
-                              "(an attnflow.experiments.Experiment instance)")
+            raise ExperimentModuleError(f"{module_name!r} defines no EXPERIMENT "
+                                        "(an attnflow.experiments.Experiment instance)")
         found.append(experiment)
     return found
 
@@ -290,4 +314,5 @@ def registry(extra_modules: Iterable[str] = ()) -> Registry[Experiment]:
     return Registry("experiment", _module_experiments([*builtin_modules(), *extra_modules]))
 
 
-__all__ = ["Axis", "ConfigError", "Experiment", "NoExport", "Spec", "builtin_modules", "registry"]
+__all__ = ["Axis", "Bound", "Experiment", "ExperimentModuleError", "NoExport", "Spec", "builtin_modules",
+           "registry"]

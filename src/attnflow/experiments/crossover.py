@@ -10,7 +10,7 @@ from matplotlib.lines import Line2D
 
 from .. import theory
 from ..tokens import typical_cosine
-from . import Axis, ConfigError, Experiment
+from . import Axis, Bound, Experiment
 
 # Resolution of the closed-form background map (beta x level); the quadratures take ~1 s.
 MAP_POINTS = (48, 40)
@@ -71,12 +71,9 @@ class Crossover(Experiment):
            for key, value in (("heads", "scalar"), ("lambda_dist", "equal"))},
     }
 
-    def check(self, spec) -> None:
-        super().check(spec)
-        for level in spec.values("cluster_threshold"):
-            if not typical_cosine(spec.fixed["d"]) < level < 1.0:
-                raise ConfigError(f"experiments.{self.name}.grid.cluster_threshold: {level!r} must lie in "
-                                  f"(gamma0 = 1/sqrt(d), 1) = ({typical_cosine(spec.fixed['d']):.4g}, 1)")
+    # A level the mean cosine already starts at (gamma0) or can never reach (1) has no time to it.
+    bounds = (Bound("cluster_threshold", low=lambda cell: typical_cosine(cell.d), high=1.0,
+                    low_text="gamma0 = 1/sqrt(d)", high_text="1"),)
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         # With stop_at_cluster a run that reached the level has NaN samples after it; one that never

@@ -9,7 +9,7 @@ import seaborn as sns
 import xarray as xr
 
 from ..plotting import log_edges, log_ticks
-from . import Axis, ConfigError, Experiment
+from . import Axis, Experiment
 
 # The exponential and power-law fits of the plateau length are told apart when one's residual
 # variance (in log length) is below this fraction of the other's; otherwise "cannot tell".
@@ -124,13 +124,8 @@ class Metastability(Experiment):
         "sample_spacing": ("log", "the staircase needs samples evenly spaced in log t"),
         "init": ("uniform", "metastable states form from uniform random tokens"),
     }
-
-    def check(self, spec) -> None:
-        super().check(spec)
-        for key in ("t_max", "n_samples"):
-            if key in spec.grid:
-                raise ConfigError(f"experiments.{self.name}.grid.{key}: must be fixed (every cell shares "
-                                  "one sample grid, the map's time axis)")
+    fixed_only = {key: "every cell shares one sample grid, the map's time axis"
+                  for key in ("t_max", "n_samples")}
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         counts = ds.cluster_count.astype(float).load()

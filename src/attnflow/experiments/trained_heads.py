@@ -8,9 +8,23 @@ import xarray as xr
 from matplotlib.lines import Line2D
 
 from ..plotting import log_edges, log_ticks
-from . import Axis, ConfigError, Experiment
+from . import Axis, Experiment
 from ._common import all_heads_monotone, before_cluster
 from .beta_star import grid_threshold
+
+
+def missing_weights(weights) -> str | None:
+    """Why a ``weights`` value names no file (``weights = 'x': no such file``), or None. The packaged
+    ``minilm`` always names one: whether it is installed is ``unavailable``'s question."""
+    from ..trained import PACKAGED, WeightsError, resolve
+
+    if weights == PACKAGED:
+        return None
+    try:
+        resolve(weights)
+    except WeightsError as err:
+        return str(err)
+    return None
 
 
 class TrainedHeads(Experiment):
@@ -45,22 +59,24 @@ class TrainedHeads(Experiment):
                "per-head monotonicity at a lower beta than their orthogonal idealisation, the overlap "
                "between real heads costs monotonicity; equal thresholds say the idealisation carries.")
 
+    # A weights file the config names that does not exist is the user's mistake: refused, never skipped.
+    inputs = {"weights": missing_weights}
+
     refine_axis = "beta"
 
     def refine_field(self, summary):
         return summary.frac_mono_path, 0.5
 
     def unavailable(self, spec) -> str | None:
-        """Skipped only when the optional MiniLM package is not installed; a weights file the
-        config names that does not exist is the user's mistake, an error."""
+        """Skipped only when the optional MiniLM package (``weights: minilm``) is not installed."""
         from ..trained import PACKAGED, WeightsError, resolve
 
+        if PACKAGED not in spec.values("weights"):
+            return None
         try:
-            resolve(spec.fixed["weights"])
+            resolve(PACKAGED)
         except WeightsError as err:
-            if spec.fixed["weights"] == PACKAGED:
-                return str(err)
-            raise ConfigError(f"experiments.{self.name}.fixed.weights: {err}") from None
+            return str(err)
         return None
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
