@@ -143,7 +143,7 @@ class Cell:
             if problem:
                 field, why = problem
                 _fail(field, getattr(self, field), why)
-        exponent = self.beta * self.max_score_norm
+        exponent = self.beta * self.max_score_matrix_norm
         if exponent > MAX_EXPONENT:
             _fail("beta", self.beta, f"beta * max ||M_h|| = {exponent:.4g} exceeds {MAX_EXPONENT:g}: "
                   "exp(beta s) would overflow float64")
@@ -207,7 +207,7 @@ class Cell:
                                                    self.n_samples - 1)])
 
     @property
-    def max_score_norm(self) -> float:
+    def max_score_matrix_norm(self) -> float:
         """Upper bound on ``||M_h||_op`` over heads and seeds for the cell's generators."""
         largest = STRENGTHS.get(self.lambda_dist).largest(self)
         return HEADS.get(self.heads).norm_bound(self, largest)

@@ -78,7 +78,7 @@ def stiffness(cell: Cell) -> float:
     Normalised weights keep the velocity bounded whatever beta, so steps grow like
     ``1 + log(1 + s)``; unnormalised usa weights like ``e^s`` (``attnflow.attention``).
     """
-    return ATTENTIONS.get(cell.attention).stiffness(cell.beta * cell.max_score_norm)
+    return ATTENTIONS.get(cell.attention).stiffness(cell.beta * cell.max_score_matrix_norm)
 
 
 def steps(cell: Cell) -> float:
