@@ -14,6 +14,8 @@ from .beta_star import grid_threshold
 
 
 class TrainedHeads(Experiment):
+    """The ``trained_heads`` experiment (the layer's matrices themselves: ``trained.LayerMatrices``)."""
+
     name = "trained_heads"
     theorem = "Thm 19, 39"
     question = ("Do the heads of a trained transformer (MiniLM-L6 by default) keep per-head monotonicity "
