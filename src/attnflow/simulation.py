@@ -34,6 +34,10 @@ CERTIFICATE_SAFETY = 2.0
 CERTIFICATE_SCALE_FLOOR = 1e-12
 # Steps the tighter run may take, relative to the cell's budget (DOPRI5 needs ~100^(1/5) = 2.5x).
 _CERTIFICATE_STEP_FACTOR = 4
+# The store attr ``values_source`` of value alignment V_h = M_h (the config's ``values: aligned``):
+# the spelling stores have always carried, kept so stores stay alike; the one place `scores`
+# names the score matrices (docs/model.md, "Names").
+_ALIGNED_VALUES_SOURCE = "scores"
 
 
 class SimulationError(RuntimeError):
@@ -180,9 +184,8 @@ def simulate(
         "attnflow_version": __version__,
         "x0_source": "cell" if x0 is None else "explicit",
         "heads_source": "cell" if score_matrices is None else "explicit",
-        # "scores": value alignment V_h = M_h (the spelling stores have always carried; config: aligned)
         "values_source": "explicit" if value_matrices is not None else (
-            "heads" if values is not None else "scores"),
+            "heads" if values is not None else _ALIGNED_VALUES_SOURCE),
         "solver": "Dormand-Prince 5(4), per-trajectory error control, retraction onto the sphere",
         "solver_heads_form": result.form,
         "solver_rhs_calls": int(result.n_rhs_calls.sum()),
