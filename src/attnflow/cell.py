@@ -169,8 +169,8 @@ class Cell:
     def heads_per_seed(self) -> bool:
         """Whether each seed draws its own heads (the structure, or the strengths it reads, are seeded).
 
-        The one owner of this rule: the simulation builds heads per seed or once
-        from it, and the cost model counts them the same way.
+        The one owner of this rule: the simulation builds the score matrices per
+        seed or once from it, and the cost model counts them the same way.
         """
         structure = HEADS.get(self.heads)
         return structure.seeded or (structure.reads_strengths and STRENGTHS.get(self.lambda_dist).seeded)
