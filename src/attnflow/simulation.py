@@ -159,8 +159,8 @@ def simulate(
     # The score matrices themselves: per seed where they are drawn, once where they are not; the
     # factored form (trained heads) is not copied into every store (the attrs name the weights file
     # and its digest).
-    first = stacked[0] if form == Form.FACTORED else stacked
-    per = ("seed", "head") if first.shape[0] > 1 else ("head",)
+    leading = stacked[0] if form == Form.FACTORED else stacked  # (seeds or 1, H, ...)
+    per = ("seed", "head") if leading.shape[0] > 1 else ("head",)
     if form == Form.DENSE:
         data_vars["score_matrix"] = (per + ("dim", "dim_col"), _squeeze(stacked, per), {
             "units": "1", "description": "score matrix M_h used"})
