@@ -26,9 +26,9 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from attnflow import Cell
 from attnflow.engine import _head_arrays, flow_of, solve
-from attnflow.engine.dopri import heads_of
+from attnflow.engine.dopri import trajectory_heads
 from attnflow.engine.field import field, workspace
-from attnflow.heads import build_heads
+from attnflow.heads import head_matrices
 from attnflow.tokens import initial_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -43,23 +43,23 @@ TARGETS = {"S": 20.0, "M": 5.0, "L": 2.0}  # speed-ups over scipy RK45 one by on
 
 
 def batch(cell):
-    scores = np.stack([build_heads(cell, s).scores for s in cell.seeds])
+    score_matrices = np.stack([head_matrices(cell, s).score_matrices for s in cell.seeds])
     x0 = np.stack([initial_tokens(cell, s) for s in cell.seeds])
-    return scores, x0
+    return score_matrices, x0
 
 
-def run_attnflow(cell, scores, x0, times):
+def run_attnflow(cell, score_matrices, x0, times):
     start = time.perf_counter()
-    r = solve(x0, scores, attention=cell.attention, beta=cell.beta, spherical=True, t_eval=times,
+    r = solve(x0, score_matrices, attention=cell.attention, beta=cell.beta, spherical=True, t_eval=times,
               rtol=cell.rtol, atol=cell.atol, max_steps=cell.max_steps, groups=("positions",))
-    return time.perf_counter() - start, r.observables["x"], r
+    return time.perf_counter() - start, r.variables["x"], r
 
 
-def run_scipy(cell, scores, x0, times, method, rtol, atol, count):
+def run_scipy(cell, score_matrices, x0, times, method, rtol, atol, count):
     n, d = cell.n, cell.d
     out, start = [], time.perf_counter()
     for b in range(count):
-        def rhs(_t, y, m=scores[b]):
+        def rhs(_t, y, m=score_matrices[b]):
             return reference_velocity(y.reshape(n, d), m, cell.beta, cell.attention).ravel()
         sol = solve_ivp(rhs, (0.0, cell.t_max), x0[b].ravel(), method=method, rtol=rtol, atol=atol,
                         t_eval=times)
@@ -68,10 +68,10 @@ def run_scipy(cell, scores, x0, times, method, rtol, atol, count):
 
 
 @numba.njit(cache=True, parallel=True)
-def _fields(x, heads, flow, beta, repeat):
+def _fields(x, head_arrays, flow, beta, repeat):
     """``repeat`` field evaluations of every trajectory (one per thread at a time)."""
     for b in numba.prange(x.shape[0]):
-        hd = heads_of(heads, b)
+        hd = trajectory_heads(head_arrays, b)
         n, d = x.shape[1], x.shape[2]
         ws = workspace(n, d, hd.H, hd.eig.shape[1], False, not hd.shared)
         out = np.empty((n, d))
@@ -81,9 +81,10 @@ def _fields(x, heads, flow, beta, repeat):
             field(xb, out, hd, flow, beta, off, off, ws)
 
 
-def field_seconds(x0, repeat=50, **heads):
-    """Wall time of one field evaluation of the whole batch (best of 3)."""
-    _, arrays = _head_arrays(x0, heads.get("scores"), heads.get("diagonal"), heads.get("factors"), None)
+def field_seconds(x0, repeat=50, **form):
+    """Wall time of one field evaluation of the whole batch (best of 3); the score matrices in one form,
+    as ``solve`` takes them (``score_matrices=``, ``diagonal=`` or ``factors=``)."""
+    _, arrays = _head_arrays(x0, form.get("score_matrices"), form.get("diagonal"), form.get("factors"), None)
     flow = flow_of("softmax", spherical=False)
     with threadpool_limits(1):
         _fields(x0, arrays, flow, 1.0, 2)
@@ -115,7 +116,7 @@ def trained_heads(n, seeds):
     try:
         cell = Cell(heads="trained", weights="minilm", H=12, d=384, n=n, init="embedding", seeds=seeds)
         source = "MiniLM layer 0"
-        u, e = build_heads(cell, 0).factors
+        u, e = head_matrices(cell, 0).factors
     except ValueError:
         cell = Cell(H=12, d=384, n=n, seeds=seeds)
         rng = np.random.default_rng(0)
@@ -140,23 +141,23 @@ def main(argv=None):
           f" {'err attnflow':>12} {'err scipy':>10} {'steps':>6}")
     for name in args.cells:
         cell = Cell(heads="random", beta=1.0, t_max=10.0, rtol=1e-6, atol=1e-9, **CELLS[name])
-        scores, x0 = batch(cell)
-        run_attnflow(cell, scores, x0, times[:3])  # compile or load outside the timing
-        ours = [run_attnflow(cell, scores, x0, times) for _ in range(args.repeat)]
+        score_matrices, x0 = batch(cell)
+        run_attnflow(cell, score_matrices, x0, times[:3])  # compile or load outside the timing
+        ours = [run_attnflow(cell, score_matrices, x0, times) for _ in range(args.repeat)]
         t_ours, xs, result = min(ours, key=lambda r: r[0])
-        theirs = [run_scipy(cell, scores, x0, times, "RK45", cell.rtol, cell.atol, cell.n_seeds)
+        theirs = [run_scipy(cell, score_matrices, x0, times, "RK45", cell.rtol, cell.atol, cell.n_seeds)
                   for _ in range(args.repeat)]
         t_scipy, xs_scipy = min(theirs, key=lambda r: r[0])
         k = min(args.ref_seeds, cell.n_seeds)
-        _, ref = run_scipy(cell, scores, x0, times, "DOP853", 1e-12, 1e-14, k)
+        _, ref = run_scipy(cell, score_matrices, x0, times, "DOP853", 1e-12, 1e-14, k)
         err_ours = np.max(np.abs(xs[:k] - ref))
         err_scipy = np.max(np.abs(xs_scipy[:k] - ref))
         print(f"{name:4} {cell.n_seeds:5d} {t_ours:10.3f} {t_scipy:9.2f} {t_scipy / t_ours:7.1f}x"
               f" {TARGETS[name]:5.0f}x {err_ours:12.2e} {err_scipy:10.2e} {int(np.mean(result.n_steps)):6d}")
 
     cell = Cell(heads="random", beta=1.0, **CELLS["L"])
-    scores, x0 = batch(cell)
-    elapsed = field_seconds(x0, scores=scores)
+    score_matrices, x0 = batch(cell)
+    elapsed = field_seconds(x0, score_matrices=score_matrices)
     gf = dense_flops(cell.n, cell.d, cell.H) * cell.n_seeds / elapsed / 1e9
     peak_shape = matmul_gflops(cell.n, cell.d, cell.n)
     peak_big = matmul_gflops(1024, 1024, 1024, repeat=10)
@@ -169,12 +170,12 @@ def main(argv=None):
     print(f"{'n':>5} {'ms/step':>8} {'us/step/traj':>13}")
     for n in (8, 16, 32, 64, 128, 256):
         cell = Cell(n=n, d=32, H=4, heads="random", seeds=8)
-        scores, x0 = batch(cell)
+        score_matrices, x0 = batch(cell)
         best = np.inf
         for _ in range(args.repeat + 1):
             start = time.perf_counter()
-            solve(x0, scores, attention="softmax", beta=1.0, spherical=True, t_eval=np.array([0.0, 0.2]),
-                  rtol=1, atol=1, max_steps=100, fixed_step=0.01)
+            solve(x0, score_matrices, attention="softmax", beta=1.0, spherical=True,
+                  t_eval=np.array([0.0, 0.2]), rtol=1, atol=1, max_steps=100, fixed_step=0.01)
             best = min(best, (time.perf_counter() - start) / 20)
         print(f"{n:5d} {best * 1e3:8.3f} {best / 8 * 1e6:13.1f}")
 
@@ -182,7 +183,7 @@ def main(argv=None):
     u, e = factors
     dense = np.einsum("bhdr,bhr,bher->bhde", u, e, u)
     t_factored = field_seconds(x0, factors=factors, repeat=10)
-    t_dense = field_seconds(x0, scores=dense, repeat=10)
+    t_dense = field_seconds(x0, score_matrices=dense, repeat=10)
     print(f"\ntrained heads, d=384, H=12, rank 64 ({source}), n=32, 8 trajectories, one field evaluation:")
     print(f"  through the factors {t_factored * 1e3:.2f} ms, dense products {t_dense * 1e3:.2f} ms: "
           f"{t_dense / t_factored:.1f}x (simulate() uses the factors)")

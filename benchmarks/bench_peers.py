@@ -32,7 +32,7 @@ from scipy.integrate import solve_ivp
 from threadpoolctl import threadpool_info
 
 from attnflow import Cell, simulate
-from attnflow.heads import build_heads
+from attnflow.heads import head_matrices
 from attnflow.observables import DEFAULT_GROUPS
 from attnflow.tableau import DOPRI5
 from attnflow.tokens import initial_tokens
@@ -51,13 +51,13 @@ CELLS = {
 
 def problem(name):
     cell = Cell(heads="random", beta=1.0, t_max=T_MAX, n_samples=SAMPLES, rtol=RTOL, atol=ATOL, **CELLS[name])
-    scores = np.stack([build_heads(cell, s).scores for s in cell.seeds])
+    score_matrices = np.stack([head_matrices(cell, s).score_matrices for s in cell.seeds])
     x0 = np.stack([initial_tokens(cell, s) for s in cell.seeds])
     if name == "mixed beta":  # log-uniform in [0.5, 8], one per trajectory
         beta = np.exp(np.random.default_rng(7).uniform(np.log(0.5), np.log(8.0), cell.n_seeds))
     else:
         beta = np.full(cell.n_seeds, 1.0)
-    return cell, scores, x0, beta
+    return cell, score_matrices, x0, beta
 
 
 def best_of(fn, repeat):
@@ -72,12 +72,12 @@ def best_of(fn, repeat):
     return best, first - best, out
 
 
-def reference(cell, scores, x0, beta, count):
+def reference(cell, score_matrices, x0, beta, count):
     t = np.linspace(0, T_MAX, SAMPLES)
     n, d = cell.n, cell.d
     out = []
     for b in range(count):
-        def rhs(_t, y, m=scores[b], bt=beta[b]):
+        def rhs(_t, y, m=score_matrices[b], bt=beta[b]):
             return reference_velocity(y.reshape(n, d), m, bt, "softmax").ravel()
         sol = solve_ivp(rhs, (0, T_MAX), x0[b].ravel(), method="DOP853", rtol=1e-12, atol=1e-14, t_eval=t)
         out.append(sol.y.T.reshape(SAMPLES, n, d))
@@ -85,7 +85,7 @@ def reference(cell, scores, x0, beta, count):
 
 
 # --- attnflow -------------------------------------------------------------------------------------
-def attnflow_route(cell, scores, x0, beta, groups, calls=None):
+def attnflow_route(cell, score_matrices, x0, beta, groups, calls=None):
     """simulate() itself when beta is shared; the same engine call when it varies per trajectory.
 
     ``calls``, when given, receives the mean field evaluations per trajectory: ``"all"``, and
@@ -109,16 +109,16 @@ def attnflow_route(cell, scores, x0, beta, groups, calls=None):
             return x, ds.n_steps.values, ds.norm_drift.values
     else:
         def run():
-            r = solve(x0, scores, attention="softmax", beta=beta, spherical=True,
+            r = solve(x0, score_matrices, attention="softmax", beta=beta, spherical=True,
                       t_eval=np.linspace(0, T_MAX, SAMPLES), rtol=RTOL, atol=ATOL, max_steps=100_000,
                       groups=groups)
             count(r.n_steps, r.n_rejected, r.n_rhs_calls)
-            return r.observables.get("x"), r.n_steps, r.norm_drift
+            return r.variables.get("x"), r.n_steps, r.norm_drift
     return run
 
 
 # --- diffrax --------------------------------------------------------------------------------------
-def diffrax_route(cell, scores, x0, beta):
+def diffrax_route(cell, score_matrices, x0, beta):
     import diffrax
     import jax
     import jax.numpy as jnp
@@ -143,7 +143,7 @@ def diffrax_route(cell, scores, x0, beta):
         return sol.ys, sol.stats["num_accepted_steps"]
 
     solve = jax.jit(jax.vmap(one))
-    args = (jnp.asarray(x0), jnp.asarray(scores), jnp.asarray(beta))
+    args = (jnp.asarray(x0), jnp.asarray(score_matrices), jnp.asarray(beta))
 
     def run():
         ys, steps = solve(*args)
@@ -153,13 +153,13 @@ def diffrax_route(cell, scores, x0, beta):
 
 
 # --- torchode -------------------------------------------------------------------------------------
-def torchode_route(cell, scores, x0, beta):
+def torchode_route(cell, score_matrices, x0, beta):
     import torch
     import torchode as to
 
     torch.set_default_dtype(torch.float64)
     B, n, d = x0.shape
-    m = torch.as_tensor(scores)
+    m = torch.as_tensor(score_matrices)
     bt = torch.as_tensor(beta)[:, None, None, None]
 
     def field(t, y):
@@ -193,12 +193,12 @@ def torchode_route(cell, scores, x0, beta):
 
 
 # --- scipy ----------------------------------------------------------------------------------------
-def scipy_route(cell, scores, x0, beta):
+def scipy_route(cell, score_matrices, x0, beta):
     def run():
         out, steps = [], []
         t = np.linspace(0, T_MAX, SAMPLES)
         for b in range(x0.shape[0]):
-            def rhs(_t, y, m=scores[b], bt=beta[b]):
+            def rhs(_t, y, m=score_matrices[b], bt=beta[b]):
                 return reference_velocity(y.reshape(cell.n, cell.d), m, bt, "softmax").ravel()
             sol = solve_ivp(rhs, (0, T_MAX), x0[b].ravel(), method="RK45", rtol=RTOL, atol=ATOL, t_eval=t)
             out.append(sol.y.T.reshape(SAMPLES, cell.n, cell.d))
@@ -219,8 +219,8 @@ def busy_core(name, repeat):
 
     import numba
 
-    cell, scores, x0, beta = problem(name)
-    run = attnflow_route(cell, scores, x0, beta, DEFAULT_GROUPS)
+    cell, score_matrices, x0, beta = problem(name)
+    run = attnflow_route(cell, score_matrices, x0, beta, DEFAULT_GROUPS)
     alone = best_of(run, repeat)[0]
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -255,28 +255,30 @@ def main(argv=None):
     header = f"{'cell':11} {'route':34} {'wall s':>8} {'compile s':>9} {'steps':>6} {'error':>9} {'drift':>9}"
     rows, evaluations = [], {}
     for name in [c.strip() for c in args.cells.split(",")]:
-        cell, scores, x0, beta = problem(name)
+        cell, score_matrices, x0, beta = problem(name)
         k = min(args.ref_seeds, cell.n_seeds)
-        ref = reference(cell, scores, x0, beta, k)
+        ref = reference(cell, score_matrices, x0, beta, k)
         calls = {}
         evaluations[name] = calls
         routes = [
-            ("attnflow simulate(), positions", attnflow_route(cell, scores, x0, beta, ("positions",))),
+            ("attnflow simulate(), positions",
+             attnflow_route(cell, score_matrices, x0, beta, ("positions",))),
             ("attnflow simulate(), all observables",
-             attnflow_route(cell, scores, x0, beta, DEFAULT_GROUPS, calls)),
-            ("attnflow simulate(), cosines only", attnflow_route(cell, scores, x0, beta, ("cosines",))),
+             attnflow_route(cell, score_matrices, x0, beta, DEFAULT_GROUPS, calls)),
+            ("attnflow simulate(), cosines only",
+             attnflow_route(cell, score_matrices, x0, beta, ("cosines",))),
         ]
         try:
-            routes.append(("diffrax vmap Dopri5 (jit)", diffrax_route(cell, scores, x0, beta)))
+            routes.append(("diffrax vmap Dopri5 (jit)", diffrax_route(cell, score_matrices, x0, beta)))
         except ImportError as err:
             print(f"diffrax skipped: {err} (pip install -e '.[bench]')")
         try:
-            run, how = torchode_route(cell, scores, x0, beta)
+            run, how = torchode_route(cell, score_matrices, x0, beta)
             routes.append((f"torchode Dopri5 ({how})", run))
         except ImportError as err:
             print(f"torchode skipped: {err} (pip install -e '.[bench]')")
         if not args.no_scipy:
-            routes.append(("scipy RK45, one by one", scipy_route(cell, scores, x0, beta)))
+            routes.append(("scipy RK45, one by one", scipy_route(cell, score_matrices, x0, beta)))
         print(f"\n{header}")
         positions_error = None
         for label, run in routes:

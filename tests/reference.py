@@ -11,12 +11,12 @@ def allowed(n, mask):
     return np.tril(np.ones((n, n), dtype=bool)) if mask == "causal" else np.ones((n, n), dtype=bool)
 
 
-def head_outputs(x, scores, beta, attention, values=None, mask="none"):
+def head_outputs(x, score_matrices, beta, attention, values=None, mask="none"):
     """List of (weights, f^h) per head for one configuration x (n, d)."""
     n = x.shape[0]
     keep = allowed(n, mask)
     out = []
-    for h, m in enumerate(scores):
+    for h, m in enumerate(score_matrices):
         v = m if values is None else values[h]
         s = x @ m @ x.T
         if attention == "softmax":
@@ -33,9 +33,9 @@ def head_outputs(x, scores, beta, attention, values=None, mask="none"):
     return out
 
 
-def velocity(x, scores, beta, attention, spherical=True, values=None, mask="none"):
+def velocity(x, score_matrices, beta, attention, spherical=True, values=None, mask="none"):
     n = x.shape[0]
-    v = sum(f for _, f in head_outputs(x, scores, beta, attention, values, mask))
+    v = sum(f for _, f in head_outputs(x, score_matrices, beta, attention, values, mask))
     if attention == "usa":
         v = v / n
     if spherical:
@@ -43,31 +43,31 @@ def velocity(x, scores, beta, attention, spherical=True, values=None, mask="none
     return v
 
 
-def head_energies(x, scores, beta):
+def head_energies(x, score_matrices, beta):
     n = x.shape[0]
-    return np.array([np.exp(beta * (x @ m @ x.T)).sum() / (2 * beta * n * n) for m in scores])
+    return np.array([np.exp(beta * (x @ m @ x.T)).sum() / (2 * beta * n * n) for m in score_matrices])
 
 
-def softplus_energies(x, scores, beta):
+def softplus_energies(x, score_matrices, beta):
     """Sigmoid attention's E_h = sum_ij softplus(beta s_ij - log n) / (2 beta n) (MODEL.md result 8)."""
     n = x.shape[0]
     return np.array([np.logaddexp(0.0, beta * (x @ m @ x.T) - np.log(n)).sum() / (2 * beta * n)
-                     for m in scores])
+                     for m in score_matrices])
 
 
-def weight_entropies(x, scores, beta, attention, mask="none"):
+def weight_entropies(x, score_matrices, beta, attention, mask="none"):
     """(H, n) entropies of each row of the weights, normalised to sum to 1."""
     rows = []
-    for w, _ in head_outputs(x, scores, beta, attention, mask=mask):
+    for w, _ in head_outputs(x, score_matrices, beta, attention, mask=mask):
         p = w / w.sum(axis=1, keepdims=True)
         rows.append(-np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=1))
     return np.array(rows)
 
 
-def entropies(x, scores, beta):
+def entropies(x, score_matrices, beta):
     """(H, n) entropies of softmax_j(beta s_ij)."""
     rows = []
-    for m in scores:
+    for m in score_matrices:
         z = beta * (x @ m @ x.T)
         p = np.exp(z - z.max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)

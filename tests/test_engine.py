@@ -65,7 +65,7 @@ def fixed_step_convergence(tableau=DOPRI5):
     runs = [solve(x0[None], m[None], attention="softmax", beta=beta, spherical=False, t_eval=t, rtol=1,
                   atol=1, max_steps=10_000, fixed_step=h, groups=("positions",), tableau=tableau)
             for h in steps]
-    errors = [np.max(np.abs(r.observables["x"][0, -1] - ref)) for r in runs]
+    errors = [np.max(np.abs(r.variables["x"][0, -1] - ref)) for r in runs]
     return np.polyfit(np.log(steps), np.log(errors), 1)[0], runs
 
 
@@ -141,7 +141,7 @@ def test_dense_output_samples_match_the_reference_between_steps():
     r = solve(x0[None], m[None], attention="softmax", beta=beta, spherical=True, t_eval=t, rtol=1e-10,
               atol=1e-12, max_steps=10_000, groups=("positions",))
     assert r.n_steps[0] < 200
-    np.testing.assert_allclose(r.observables["x"][0], _reference(x0, m, beta, "softmax", t), atol=1e-7)
+    np.testing.assert_allclose(r.variables["x"][0], _reference(x0, m, beta, "softmax", t), atol=1e-7)
 
 
 @pytest.mark.parametrize("attention", ["softmax", "relu"])

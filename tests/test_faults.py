@@ -34,7 +34,7 @@ def _poisoned_solve(poison):
 
 
 def _nan(result):
-    result.observables["gamma_mean"][0, -1] = np.nan
+    result.variables["gamma_mean"][0, -1] = np.nan
 
 
 def _off_sphere(result):

@@ -13,32 +13,32 @@ from attnflow import (  # noqa: E402
     simulate,
     trained,  # noqa: E402
 )
-from attnflow.heads import build_heads  # noqa: E402
+from attnflow.heads import Form, head_matrices  # noqa: E402
 
-D, HEADS, D_HEAD, VOCAB = 6, 2, 2, 20
+D, N_HEADS, D_HEAD, VOCAB = 6, 2, 2, 20
 
 
 def _weights(tmp_path: Path, theta: float = 0.6, prefix: str = "", drop: str | None = None,
-             heads_in_config: int | None = HEADS) -> tuple[Path, dict]:
+             n_heads_in_config: int | None = N_HEADS) -> tuple[Path, dict]:
     rng = np.random.default_rng(3)
     # Head 0 queries span (e1, e2); head 1 spans (cos t e1 + sin t e3, e4): principal angles t and 90.
-    query = np.zeros((HEADS * D_HEAD, D))
+    query = np.zeros((N_HEADS * D_HEAD, D))
     query[0, 0] = query[1, 1] = 1.0
     query[2, 0], query[2, 2], query[3, 3] = np.cos(theta), np.sin(theta), 1.0
     query = query * np.array([[2.0], [1.0], [1.5], [0.5]])  # scaled rows: same subspaces
     tensors = {
         "encoder.layer.0.attention.self.query.weight": query,
-        "encoder.layer.0.attention.self.key.weight": rng.standard_normal((HEADS * D_HEAD, D)),
-        "encoder.layer.0.attention.self.value.weight": rng.standard_normal((HEADS * D_HEAD, D)),
-        "encoder.layer.0.attention.output.dense.weight": rng.standard_normal((D, HEADS * D_HEAD)),
+        "encoder.layer.0.attention.self.key.weight": rng.standard_normal((N_HEADS * D_HEAD, D)),
+        "encoder.layer.0.attention.self.value.weight": rng.standard_normal((N_HEADS * D_HEAD, D)),
+        "encoder.layer.0.attention.output.dense.weight": rng.standard_normal((D, N_HEADS * D_HEAD)),
         "embeddings.word_embeddings.weight": rng.standard_normal((VOCAB, D)),
     }
     if drop:
         del tensors[drop]
     path = tmp_path / "model.safetensors"
     safetensors_numpy.save_file({prefix + k: v.astype(np.float32) for k, v in tensors.items()}, str(path))
-    if heads_in_config:
-        (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": heads_in_config}))
+    if n_heads_in_config:
+        (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": n_heads_in_config}))
     return path, {k: v.astype(np.float32).astype(np.float64) for k, v in tensors.items()}
 
 
@@ -46,8 +46,8 @@ def _expected(t):
     layer = "encoder.layer.0.attention"
     q, k = t[f"{layer}.self.query.weight"], t[f"{layer}.self.key.weight"]
     v, o = t[f"{layer}.self.value.weight"], t[f"{layer}.output.dense.weight"]
-    m = [q[2 * h:2 * h + 2].T @ k[2 * h:2 * h + 2] / np.sqrt(D_HEAD) for h in range(HEADS)]
-    values = [o[:, 2 * h:2 * h + 2] @ v[2 * h:2 * h + 2] for h in range(HEADS)]
+    m = [q[2 * h:2 * h + 2].T @ k[2 * h:2 * h + 2] / np.sqrt(D_HEAD) for h in range(N_HEADS)]
+    values = [o[:, 2 * h:2 * h + 2] @ v[2 * h:2 * h + 2] for h in range(N_HEADS)]
     return m, values
 
 
@@ -56,17 +56,18 @@ def test_known_matrices_give_known_heads(tmp_path, prefix):
     path, t = _weights(tmp_path, prefix=prefix)
     m, values = _expected(t)
     cell = Cell(heads="trained", weights=str(path), H=2, d=D, n=4, values="trained", seeds=1)
-    heads = build_heads(cell, 0)
-    dense = heads.dense()
-    for h in range(HEADS):
+    built = head_matrices(cell, 0)
+    assert built.form == Form.FACTORED
+    dense = built.dense()
+    for h in range(N_HEADS):
         # Factors of the symmetric part, from float32 weights: round-off of O(1) entries.
         np.testing.assert_allclose(dense[h], 0.5 * (m[h] + m[h].T), atol=1e-12)
-        np.testing.assert_allclose(heads.values[h], values[h], atol=1e-12)
-        assert heads.strengths[h] == pytest.approx(np.abs(np.linalg.eigvalsh(0.5 * (m[h] + m[h].T))).max())
+        np.testing.assert_allclose(built.values[h], values[h], atol=1e-12)
+        assert built.strengths[h] == pytest.approx(np.abs(np.linalg.eigvalsh(0.5 * (m[h] + m[h].T))).max())
         share = np.linalg.norm(0.5 * (m[h] - m[h].T)) / np.linalg.norm(m[h])
-        assert heads.antisymmetric_share[h] == pytest.approx(share, rel=1e-12)
+        assert built.antisymmetric_share[h] == pytest.approx(share, rel=1e-12)
     # A subset, in the order given.
-    one = build_heads(cell.replace(H=1, head_subset=[1]), 0)
+    one = head_matrices(cell.replace(H=1, head_subset=[1]), 0)
     np.testing.assert_allclose(one.dense()[0], dense[1], atol=1e-12)
 
 
@@ -142,7 +143,7 @@ def test_missing_tensor_and_shape_and_config(tmp_path):
         Cell(heads="trained", weights=str(path), H=2, d=D, n=4)
     other = tmp_path / "other"
     other.mkdir()
-    path, _ = _weights(other, heads_in_config=None)
+    path, _ = _weights(other, n_heads_in_config=None)
     with pytest.raises(ValueError, match="no config.json with num_attention_heads"):
         Cell(heads="trained", weights=str(path), H=2, d=D, n=4)
     assert Cell(heads="trained", weights=str(path), H=2, d=D, n=4, model_heads=2).model_heads == 2
@@ -156,10 +157,10 @@ def test_minilm_where_installed():
     angles = trained.principal_angles("minilm", 0)
     # Measured on MiniLM-L6 (issue 10): median 70-75 degrees, a lower tail to ~5.
     assert 65 < np.median(angles) < 80 and angles.min() < 20
-    heads = build_heads(Cell(heads="trained", weights="minilm", H=12, d=384, n=4), 0)
-    assert heads.factors[1].shape == (12, 64)  # rank 2 d_head: applied through its factors
+    built = head_matrices(Cell(heads="trained", weights="minilm", H=12, d=384, n=4), 0)
+    assert built.factors[1].shape == (12, 64)  # rank 2 d_head: applied through its factors
     # The symmetric part keeps ~77% of ||W_Q^T W_K||_F (issue 10's measurement).
-    assert 0.7 < np.mean(np.sqrt(1 - heads.antisymmetric_share**2)) < 0.85
+    assert 0.7 < np.mean(np.sqrt(1 - built.antisymmetric_share**2)) < 0.85
     ds = simulate(Cell(heads="trained", weights="minilm", H=12, d=384, n=6, init="embedding", seeds=2,
                        t_max=1.0, n_samples=3, observables=["energy"]))
     assert ds.attrs["solver_heads_form"] == "factored" and np.isfinite(ds.energy.values).all()

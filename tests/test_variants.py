@@ -247,7 +247,7 @@ def test_a_tableau_without_fsal_integrates_correctly():
     t = np.array([0.0, 2.0])
     # Adaptive: the same end point as Dormand-Prince at the same tolerance, to its budget.
     ends = [solve(x0[None], m[None], attention="softmax", beta=beta, spherical=True, t_eval=t, rtol=1e-10,
-                  atol=1e-12, max_steps=10_000, groups=("positions",), tableau=tab).observables["x"][0, -1]
+                  atol=1e-12, max_steps=10_000, groups=("positions",), tableau=tab).variables["x"][0, -1]
             for tab in (CASH_KARP, DOPRI5)]
     np.testing.assert_allclose(ends[0], ends[1], rtol=0, atol=1e-8)
 

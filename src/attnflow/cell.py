@@ -143,7 +143,7 @@ class Cell:
             if problem:
                 field, why = problem
                 _fail(field, getattr(self, field), why)
-        exponent = self.beta * self.max_score_norm
+        exponent = self.beta * self.max_score_matrix_norm
         if exponent > MAX_EXPONENT:
             _fail("beta", self.beta, f"beta * max ||M_h|| = {exponent:.4g} exceeds {MAX_EXPONENT:g}: "
                   "exp(beta s) would overflow float64")
@@ -169,8 +169,8 @@ class Cell:
     def heads_per_seed(self) -> bool:
         """Whether each seed draws its own heads (the structure, or the strengths it reads, are seeded).
 
-        The one owner of this rule: the simulation builds heads per seed or once
-        from it, and the cost model counts them the same way.
+        The one owner of this rule: the simulation builds the score matrices per
+        seed or once from it, and the cost model counts them the same way.
         """
         structure = HEADS.get(self.heads)
         return structure.seeded or (structure.reads_strengths and STRENGTHS.get(self.lambda_dist).seeded)
@@ -207,7 +207,7 @@ class Cell:
                                                    self.n_samples - 1)])
 
     @property
-    def max_score_norm(self) -> float:
+    def max_score_matrix_norm(self) -> float:
         """Upper bound on ``||M_h||_op`` over heads and seeds for the cell's generators."""
         largest = STRENGTHS.get(self.lambda_dist).largest(self)
         return HEADS.get(self.heads).norm_bound(self, largest)

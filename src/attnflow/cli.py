@@ -97,7 +97,7 @@ def _status(args) -> int:
     for name, cells in uncertified(sweep, args.certificate_bound).items():
         for cid, value in cells.items():
             print(f"uncertified {name}/{cid}: certificate_error {value:.3g} > {args.certificate_bound:g} "
-                  "(a rerun at a 100x tighter tolerance moves a recorded observable that much)")
+                  "(a rerun at a 100x tighter tolerance moves a recorded variable that much)")
     # During a run: the share done and an ETA per experiment (attnflow.progress).
     from .progress import progress, render
 

@@ -35,7 +35,7 @@ def experiments_markdown(experiments=None) -> str:
             f"**Question.** {exp.question}",
             "",
             f"**Figure axes.** {axes}; an axis missing from the grid is taken from `fixed`. "
-            f"**Observables recorded:** {', '.join(exp.observables) or 'cosines only'}.",
+            f"**Observable groups recorded:** {', '.join(exp.observables) or 'cosines only'}.",
             "",
             *([("**Pinned** (must stay fixed at these values): "
                 + "; ".join(f"`{key}: {value}` ({why})" for key, (value, why) in exp.pinned.items()) + "."),

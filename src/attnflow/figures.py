@@ -32,7 +32,7 @@ def certificate_line(summary: xr.Dataset) -> str:
     unknown = int(summary.attrs.get("certificate_uncertified", 0))
     if worst is None:
         return "accuracy certificate: none (stores written before certificates)"
-    text = (f"accuracy certificate: worst deviation {float(worst):.1e} of a recorded observable, relative "
+    text = (f"accuracy certificate: worst deviation {float(worst):.1e} of a recorded variable, relative "
             "to its scale, from a rerun of the first seeds at a 100x tighter tolerance")
     return text + (f"; {unknown} stores without one" if unknown else "")
 

@@ -1,17 +1,19 @@
 """Head structures (MODEL.md, "Head structures"): how the score matrices M_h are built, one declaration each.
 
-A declaration builds the heads of one seed from its strengths, says which cell
-fields it reads, checks the cell's shape, and bounds ``||M_h||_op`` (which the
-cell uses to refuse a beta whose exponentials would overflow). The engine picks
-how to apply the heads from what the builder returns: diagonal heads as
-scalings, factored heads ``M_h = U_h diag(e_h) U_h^T`` through their factors
-when their rank is small, any other as dense products.
+A declaration builds the score matrices of one seed from its strengths, says
+which cell fields it reads, checks the cell's shape, and bounds ``||M_h||_op``
+(which the cell uses to refuse a beta whose exponentials would overflow). Each
+declares the *form* its matrices come in (``Form``, shared with the engine):
+``diagonal`` (applied as scalings), ``dense`` (``d x d`` products) or
+``factored`` (``M_h = U_h diag(e_h) U_h^T``, applied through the factors when
+their rank is small, else as dense products).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from enum import IntEnum
 
 import numpy as np
 
@@ -19,30 +21,66 @@ from .registry import Registry
 from .streams import stream
 
 
+class Form(IntEnum):
+    """How the score matrices ``M_h`` of a set of heads are represented, and how the engine applies them.
+
+    The one set of form names: a structure declares the form it builds (``HeadStructure.form``),
+    the engine applies a form (``engine.field``) and records the one it used (the store attr
+    ``solver_heads_form``, ``Form.label``), and the cost model prices each (``resources``).
+    """
+
+    DIAGONAL = 0  # M_h diagonal (scalar and block heads): a scaling of columns
+    DENSE = 1  # the d x d matrices: one product with M_h
+    FACTORED = 2  # M_h = U_h diag(e_h) U_h^T of rank r: products through the factors (when r <= d/2)
+
+    @property
+    def label(self) -> str:
+        """The form's name in stores, docs and messages: ``diagonal``, ``dense`` or ``factored``."""
+        return self.name.lower()
+
+    @property
+    def array(self) -> str:
+        """The ``HeadMatrices`` attribute (and ``engine.solve`` keyword) that carries this form."""
+        return _FORM_ARRAYS[self]
+
+
+_FORM_ARRAYS = {Form.DIAGONAL: "diagonal", Form.DENSE: "score_matrices", Form.FACTORED: "factors"}
+
+FORMS = tuple(form.label for form in Form)
+
+
 @dataclasses.dataclass
-class HeadSet:
-    """The heads of one seed, in the cheapest exact representation the structure has.
+class HeadMatrices:
+    """The score and value matrices of one seed's heads, in the cheapest exact form the structure has.
 
-    Exactly one of ``scores``, ``diagonal`` and ``factors`` describes ``M_h``:
+    Exactly one of ``diagonal``, ``score_matrices`` and ``factors`` describes ``M_h`` (``form``):
 
-    scores : (H, d, d) symmetric ``M_h``
     diagonal : (H, d), ``M_h = diag(diagonal[h])`` (no d x d matrix is ever formed)
+    score_matrices : (H, d, d) symmetric ``M_h``
     factors : ``(U, e)`` with ``U`` (H, d, r) and ``e`` (H, r): ``M_h = U_h diag(e_h) U_h^T``
     values : (H, d, d) ``V_h``, or None for value alignment ``V_h = M_h``
-    strengths : (H,) the head strengths the heads were built from
+    strengths : (H,) the head strengths the matrices were built from
     """
 
     strengths: np.ndarray
-    scores: np.ndarray | None = None
+    score_matrices: np.ndarray | None = None
     diagonal: np.ndarray | None = None
     factors: tuple[np.ndarray, np.ndarray] | None = None
     values: np.ndarray | None = None
     antisymmetric_share: np.ndarray | None = None  # (H,) ||M_h - M_h^T||_F / (2 ||M_h||_F) discarded
 
+    @property
+    def form(self) -> Form:
+        """The form the score matrices are given in."""
+        given = [form for form in Form if getattr(self, form.array) is not None]
+        if len(given) != 1:
+            raise ValueError(f"HeadMatrices: give M_h in exactly one form, got {[f.label for f in given]}")
+        return given[0]
+
     def dense(self) -> np.ndarray:
-        """``M_h`` as (H, d, d) matrices, whatever the representation."""
-        if self.scores is not None:
-            return self.scores
+        """``M_h`` as (H, d, d) matrices (the dense form), whatever the form given."""
+        if self.score_matrices is not None:
+            return self.score_matrices
         if self.diagonal is not None:
             return self.diagonal[:, :, None] * np.eye(self.diagonal.shape[1])[None]
         u, e = self.factors
@@ -52,15 +90,15 @@ class HeadSet:
 @dataclasses.dataclass(frozen=True)
 class HeadStructure:
     name: str
-    build: Callable  # (cell, strengths (H,), seed) -> HeadSet
-    form: str  # what build returns: "diagonal", "scores" or "factors" (the cost model reads it)
+    build: Callable  # (cell, strengths (H,), seed) -> HeadMatrices
+    form: Form  # the form build returns (the cost model reads it)
     norm_bound: Callable  # (cell, largest strength) -> bound on ||M_h||_op
     uses: tuple[str, ...]  # cell fields it reads besides H, d and the strengths
     description: str
     check: Callable | None = None  # cell -> (field, why) when the cell cannot be built, else None
     seeded: bool = False  # draws from the seed's random stream
     reads_strengths: bool = True  # built from lambda_dist / lambda_bar (trained heads bring their own)
-    rank: Callable | None = None  # cell -> rank of each head's factors (factors form only)
+    rank: Callable | None = None  # cell -> rank of each head's factors (factored form only)
 
 
 def _unit_symmetric(rng: np.random.Generator, count: int, d: int) -> np.ndarray:
@@ -72,12 +110,12 @@ def _unit_symmetric(rng: np.random.Generator, count: int, d: int) -> np.ndarray:
 
 
 def _scalar(cell, lambdas, seed):
-    return HeadSet(lambdas, diagonal=np.repeat(lambdas[:, None], cell.d, axis=1))
+    return HeadMatrices(lambdas, diagonal=np.repeat(lambdas[:, None], cell.d, axis=1))
 
 
 def _random(cell, lambdas, seed):
     rng = stream(seed, "heads")
-    return HeadSet(lambdas, scores=lambdas[:, None, None] * _unit_symmetric(rng, cell.H, cell.d))
+    return HeadMatrices(lambdas, score_matrices=lambdas[:, None, None] * _unit_symmetric(rng, cell.H, cell.d))
 
 
 def _block_diagonal(cell, lambdas):
@@ -90,7 +128,7 @@ def _block_diagonal(cell, lambdas):
 
 
 def _block(cell, lambdas, seed):
-    return HeadSet(lambdas, diagonal=_block_diagonal(cell, lambdas))
+    return HeadMatrices(lambdas, diagonal=_block_diagonal(cell, lambdas))
 
 
 def _perturbed_block(cell, lambdas, seed):
@@ -98,7 +136,7 @@ def _perturbed_block(cell, lambdas, seed):
     diag = _block_diagonal(cell, lambdas)
     m = diag[:, :, None] * np.eye(cell.d)[None]
     m += cell.delta * _unit_symmetric(rng, cell.H, cell.d)
-    return HeadSet(lambdas, scores=m)
+    return HeadMatrices(lambdas, score_matrices=m)
 
 
 def _blocks_fit(cell):
@@ -111,22 +149,22 @@ def _trained_subset(cell) -> tuple[int, ...]:
     return cell.head_subset or tuple(range(cell.H))
 
 
-def _trained_heads(cell):
+def _trained_matrices(cell):
     from .trained import build
 
     return build(cell.weights, cell.layer, _trained_subset(cell), cell.values, cell.model_heads)
 
 
 def _trained(cell, lambdas, seed):
-    heads = _trained_heads(cell)
-    return HeadSet(heads.norms, factors=heads.factors, values=heads.values,
-                   antisymmetric_share=heads.antisymmetric_share)
+    layer = _trained_matrices(cell)
+    return HeadMatrices(layer.norms, factors=layer.factors, values=layer.values,
+                        antisymmetric_share=layer.antisymmetric_share)
 
 
 def _trained_orthogonal(cell, lambdas, seed):
-    strength = float(np.mean(_trained_heads(cell).norms))
+    strength = float(np.mean(_trained_matrices(cell).norms))
     strengths = np.full(cell.H, strength)
-    return HeadSet(strengths, diagonal=_block_diagonal(cell, strengths))
+    return HeadMatrices(strengths, diagonal=_block_diagonal(cell, strengths))
 
 
 def _trained_check(cell):
@@ -143,8 +181,8 @@ def _trained_check(cell):
     subset = _trained_subset(cell)
     if len(subset) != cell.H:
         return "head_subset", f"names {len(subset)} heads but H = {cell.H}"
-    if max(subset) >= layer.heads:
-        return "head_subset", f"layer {cell.layer} has heads 0..{layer.heads - 1}"
+    if max(subset) >= layer.n_heads:
+        return "head_subset", f"layer {cell.layer} has heads 0..{layer.n_heads - 1}"
     return None
 
 
@@ -155,30 +193,32 @@ def _trained_orthogonal_check(cell):
 _TRAINED = ("weights", "layer", "head_subset", "model_heads")
 
 HEADS: Registry[HeadStructure] = Registry("heads", [
-    HeadStructure("scalar", _scalar, "diagonal", lambda c, lam: lam, (),
+    HeadStructure("scalar", _scalar, Form.DIAGONAL, lambda c, lam: lam, (),
                   "M_h = lambda_h I (where the closed forms of Thm 19, 22, 25, 27 are derived)"),
-    HeadStructure("block", _block, "diagonal", lambda c, lam: lam, (),
+    HeadStructure("block", _block, Form.DIAGONAL, lambda c, lam: lam, (),
                   "exactly orthogonal heads: M_h = lambda_h P_h, P_h the projector on the h-th block "
                   "of d/H coordinates", check=_blocks_fit),
-    HeadStructure("perturbed_block", _perturbed_block, "scores", lambda c, lam: lam + c.delta, ("delta",),
+    HeadStructure("perturbed_block", _perturbed_block, Form.DENSE, lambda c, lam: lam + c.delta, ("delta",),
                   "block heads plus a seeded symmetric perturbation of operator norm delta "
                   "(approximate orthogonality, Thm 39)", check=_blocks_fit, seeded=True),
-    HeadStructure("random", _random, "scores", lambda c, lam: lam, (),
+    HeadStructure("random", _random, Form.DENSE, lambda c, lam: lam, (),
                   "M_h = lambda_h G / ||G||_op, G a seeded symmetric Gaussian matrix", seeded=True),
-    HeadStructure("trained", _trained, "factors", lambda c, lam: float(np.max(_trained_heads(c).norms)),
+    HeadStructure("trained", _trained, Form.FACTORED,
+                  lambda c, lam: float(np.max(_trained_matrices(c).norms)),
                   _TRAINED + ("values",),
                   "one layer of a trained transformer: M_h = sym(W_Q^h^T W_K^h) / sqrt(d_head), strengths "
                   "||M_h||_op (attnflow.trained)", check=_trained_check, reads_strengths=False,
-                  rank=lambda c: _trained_heads(c).factors[1].shape[-1]),
-    HeadStructure("trained_orthogonal", _trained_orthogonal, "diagonal",
-                  lambda c, lam: float(np.mean(_trained_heads(c).norms)), _TRAINED,
+                  rank=lambda c: _trained_matrices(c).factors[1].shape[-1]),
+    HeadStructure("trained_orthogonal", _trained_orthogonal, Form.DIAGONAL,
+                  lambda c, lam: float(np.mean(_trained_matrices(c).norms)), _TRAINED,
                   "the idealisation of a trained layer: exactly orthogonal block heads, all of the layer's "
                   "mean ||M_h||_op", check=_trained_orthogonal_check, reads_strengths=False),
 ])
 
 
-def build_heads(cell, seed: int) -> HeadSet:
-    """The heads of one seed: strengths from the cell's distribution, then its structure."""
+def head_matrices(cell, seed: int) -> HeadMatrices:
+    """The score (and value) matrices of one seed: strengths from the cell's distribution, then its
+    head structure."""
     from .strengths import head_strengths
 
     return HEADS.get(cell.heads).build(cell, head_strengths(cell, seed), seed)

@@ -31,7 +31,7 @@ class Variable:
             return self.description
         rule = attention.energy if isinstance(next(iter(self.description)), Energy) else attention.entropy
         if rule not in self.description:
-            raise NotImplementedError(f"observable {self.name!r} has no description for {rule!r}")
+            raise NotImplementedError(f"variable {self.name!r} has no description for {rule!r}")
         return self.description[rule]
 
 

@@ -2,7 +2,7 @@
 
 Memory counts everything a job holds at its peak, the write of its largest
 store: the interpreter and libraries with the compiled kernels loaded
-(measured), the recorded observables (from their declarations), the heads, the
+(measured), the recorded variables (from their declarations), the score matrices, the
 engine's per-thread buffers, and the encoded copy zarr makes while writing.
 Runtime counts field evaluations (steps grow with the stiffness beta ||M_h||,
 and exponentially for unnormalised usa weights) times their floating-point
@@ -20,7 +20,7 @@ import numpy as np
 
 from .attention import ATTENTIONS
 from .cell import Cell
-from .heads import HEADS
+from .heads import HEADS, Form
 from .observables import GROUPS, variables
 
 # Measured: peak RSS of a job simulating a tiny cell: 250 MB with the compiled
@@ -42,28 +42,28 @@ MIN_MINUTES = 5
 
 
 def head_entries(cell: Cell) -> int:
-    """Numbers that describe a cell's heads in the structure's representation (all seeds)."""
+    """Numbers that describe a cell's score matrices in the form its structure builds (all seeds)."""
     structure = HEADS.get(cell.heads)
-    per_seed = {"diagonal": cell.d, "scores": cell.d * cell.d,
-                "factors": cell.d * rank(cell) + (cell.d * cell.d if cell.values == "trained" else 0)}
-    return cell.H * per_seed[structure.form] * (cell.n_seeds if cell.heads_per_seed else 1)
+    per_head = {Form.DIAGONAL: cell.d, Form.DENSE: cell.d * cell.d,
+                Form.FACTORED: cell.d * rank(cell) + (cell.d * cell.d if cell.values == "trained" else 0)}
+    return cell.H * per_head[structure.form] * (cell.n_seeds if cell.heads_per_seed else 1)
 
 
 def rank(cell: Cell) -> int:
-    """The rank the engine applies each head with (d for dense heads)."""
+    """The rank of each head's score matrix as the engine applies it (d but for the factored form)."""
     structure = HEADS.get(cell.heads)
     return structure.rank(cell) if structure.rank else cell.d
 
 
 def cell_bytes(cell: Cell) -> int:
-    """Bytes of the arrays one cell's simulation holds: observables, heads, buffers."""
+    """Bytes of the arrays one cell's simulation holds: recorded variables, score matrices, buffers."""
     sizes = {"head": cell.H, "token": cell.n, "dim": cell.d}
     per_sample = sum(int(np.prod([sizes[d] for d in v.dims], dtype=np.int64)) * np.dtype(v.dtype).itemsize
                      for v in variables(cell.observables))
-    observables = cell.n_seeds * cell.n_samples * per_sample
-    heads = 3 * head_entries(cell) * 8  # built, stacked, stored
+    recorded = cell.n_seeds * cell.n_samples * per_sample
+    matrices = 3 * head_entries(cell) * 8  # built, stacked, stored
     buffers = 2 * (4 * cell.H * cell.n * cell.n + 8 * cell.H * cell.n * cell.d) * 8  # two threads
-    return int(observables + heads + buffers)
+    return int(recorded + matrices + buffers)
 
 
 def memory_mb(cells: Iterable[Cell], attempt: int = 1) -> int:
@@ -78,7 +78,7 @@ def stiffness(cell: Cell) -> float:
     Normalised weights keep the velocity bounded whatever beta, so steps grow like
     ``1 + log(1 + s)``; unnormalised usa weights like ``e^s`` (``attnflow.attention``).
     """
-    return ATTENTIONS.get(cell.attention).stiffness(cell.beta * cell.max_score_norm)
+    return ATTENTIONS.get(cell.attention).stiffness(cell.beta * cell.max_score_matrix_norm)
 
 
 def steps(cell: Cell) -> float:
@@ -96,12 +96,12 @@ def steps(cell: Cell) -> float:
 def cell_seconds(cell: Cell) -> float:
     """Expected compute time of one cell (no margin)."""
     form = HEADS.get(cell.heads).form
-    if form == "diagonal":
+    if form == Form.DIAGONAL:
         flops = cell.H * (cell.n * cell.d + 4 * cell.n * cell.n * cell.d)
-    elif form == "factors":
+    elif form == Form.FACTORED:
         r = rank(cell)
         flops = cell.H * (4 * cell.n * cell.d * r + 4 * cell.n * cell.n * r)
-    else:
+    else:  # Form.DENSE
         flops = cell.H * (2 * cell.n * cell.d * cell.d + 4 * cell.n * cell.n * cell.d)
     per_call = flops / FLOPS_PER_SECOND + SECONDS_PER_CALL
     sampled = any(GROUPS.get(g).needs_velocity for g in cell.observables)

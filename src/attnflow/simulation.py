@@ -9,7 +9,7 @@ from . import __version__
 from .attention import ATTENTIONS
 from .cell import MAX_EXPONENT, MIN_RTOL, Cell
 from .engine import IntegrationError, solve
-from .heads import build_heads
+from .heads import Form, head_matrices
 from .observables import variables
 from .tokens import initial_tokens
 
@@ -34,6 +34,10 @@ CERTIFICATE_SAFETY = 2.0
 CERTIFICATE_SCALE_FLOOR = 1e-12
 # Steps the tighter run may take, relative to the cell's budget (DOPRI5 needs ~100^(1/5) = 2.5x).
 _CERTIFICATE_STEP_FACTOR = 4
+# The store attr ``values_source`` of value alignment V_h = M_h (the config's ``values: aligned``):
+# the spelling stores have always carried, kept so stores stay alike; the one place `scores`
+# names the score matrices (docs/model.md, "Names").
+_ALIGNED_VALUES_SOURCE = "scores"
 
 
 class SimulationError(RuntimeError):
@@ -60,7 +64,7 @@ def simulate(
         replacing the cell's ``init``. On the sphere each row must have unit
         norm to ``1e-8`` (then it is normalised exactly) or ``ValueError``.
     score_matrices : ndarray, optional
-        ``(H, d, d)`` symmetric ``M_h`` replacing the cell's ``heads``.
+        ``(H, d, d)`` symmetric score matrices ``M_h`` replacing the cell's head structure (``heads``).
     value_matrices : ndarray, optional
         ``(H, d, d)`` ``V_h``; default ``V_h = M_h`` (value alignment).
     certify : bool
@@ -71,13 +75,13 @@ def simulate(
     -------
     xarray.Dataset
         Dims ``seed, time, head, token`` (and ``dim``, ``dim_col``); the
-        recorded observables with ``units`` and ``description`` attrs; per seed
+        variables of the recorded groups with ``units`` and ``description`` attrs; per seed
         ``t_cluster`` (the first time the clustering criterion holds, located
         on the integrator's dense output), ``censored``, ``norm_drift`` and the
         solver's step counts. The attrs hold every cell field and the package
         version, and the accuracy certificate: ``certificate_error``,
         ``CERTIFICATE_SAFETY`` times the largest deviation of the first seeds'
-        recorded observables from a rerun at ``certificate_rtol`` (each float
+        recorded variables from a rerun at ``certificate_rtol`` (each float
         variable's deviation divided by its scale, the largest |value| of that
         variable over those seeds' samples in the tighter run, floored at
         ``CERTIFICATE_SCALE_FLOOR``; samples reached by one integration only
@@ -92,22 +96,22 @@ def simulate(
 
     values = None
     if score_matrices is None:
-        # Heads that do not depend on the seed are built once and shared by the batch.
-        heads = [build_heads(cell, s) for s in (cell.seeds if cell.heads_per_seed else cell.seeds[:1])]
-        lambdas = np.broadcast_to(np.stack([h.strengths for h in heads]), (n_seeds, H))
-        form = next(k for k in ("diagonal", "factors", "scores") if getattr(heads[0], k) is not None)
-        if form == "factors":
-            given = {"factors": tuple(np.stack([h.factors[k] for h in heads]) for k in (0, 1))}
+        # Score matrices that do not depend on the seed are built once and shared by the batch.
+        built = [head_matrices(cell, s) for s in (cell.seeds if cell.heads_per_seed else cell.seeds[:1])]
+        lambdas = np.broadcast_to(np.stack([m.strengths for m in built]), (n_seeds, H))
+        form = built[0].form
+        if form == Form.FACTORED:
+            stacked = tuple(np.stack([m.factors[k] for m in built]) for k in (0, 1))
         else:
-            given = {form: np.stack([getattr(h, form) for h in heads])}
-        if heads[0].values is not None:
-            values = np.stack([h.values for h in heads])
-        discarded = heads[0].antisymmetric_share
+            stacked = np.stack([getattr(m, form.array) for m in built])
+        if built[0].values is not None:
+            values = np.stack([m.values for m in built])
+        discarded = built[0].antisymmetric_share
     else:
         discarded = None
-        scores = _check_scores(cell, score_matrices)[None]
-        lambdas = np.broadcast_to(np.linalg.norm(scores, ord=2, axis=(-2, -1)), (n_seeds, H))
-        given = {"scores": scores}
+        form, stacked = Form.DENSE, _check_score_matrices(cell, score_matrices)[None]
+        lambdas = np.broadcast_to(np.linalg.norm(stacked, ord=2, axis=(-2, -1)), (n_seeds, H))
+    given = {form.array: stacked}  # the engine's keyword for the form
     if value_matrices is not None:
         values = _check_matrices("value_matrices", value_matrices, (H, d, d))[None]
     if x0 is None:
@@ -120,15 +124,15 @@ def simulate(
         result = _integrate(cell, x_init, given, values, times, cell.rtol, cell.atol, cell.max_steps)
     except IntegrationError as err:
         raise SimulationError(f"{describe(cell)}: {err}") from err
-    obs = result.observables
+    recorded = result.variables
     measured = times[None, :] <= result.t_stop[:, None]  # (seed, time): samples the run reached
-    _check_finite(cell, obs, measured, result.norm_drift if spherical else None)
+    _check_finite(cell, recorded, measured, result.norm_drift if spherical else None)
     certificate = _certificate(cell, result, x_init, given, values, times) if certify else {}
 
     data_vars = {}
     attention = ATTENTIONS.get(cell.attention)
     for var in variables(cell.observables):
-        data_vars[var.name] = (("seed", "time") + var.dims, obs[var.name],
+        data_vars[var.name] = (("seed", "time") + var.dims, recorded[var.name],
                                {"units": var.units, "description": var.describe(attention)})
     criterion = f"{cell.cluster_metric} {'<=' if cell.cluster_metric == 'epsilon' else '>='} " \
                 f"{cell.cluster_threshold:g}"
@@ -152,15 +156,16 @@ def simulate(
     data_vars["lam"] = (("seed", "head"), lambdas, {
         "units": "1", "description": "head strength lambda_h (operator norm for explicit heads)",
     })
-    # The heads themselves: per seed where they are drawn, once where they are not; trained
-    # heads are not copied into every store (the attrs name the weights file and its digest).
-    heads_array = given["factors"][0] if "factors" in given else next(iter(given.values()))
-    per = ("seed", "head") if heads_array.shape[0] > 1 else ("head",)
-    if "scores" in given:
-        data_vars["score_matrix"] = (per + ("dim", "dim_col"), _squeeze(given["scores"], per), {
+    # The score matrices themselves: per seed where they are drawn, once where they are not; the
+    # factored form (trained heads) is not copied into every store (the attrs name the weights file
+    # and its digest).
+    leading = stacked[0] if form == Form.FACTORED else stacked  # (seeds or 1, H, ...)
+    per = ("seed", "head") if leading.shape[0] > 1 else ("head",)
+    if form == Form.DENSE:
+        data_vars["score_matrix"] = (per + ("dim", "dim_col"), _squeeze(stacked, per), {
             "units": "1", "description": "score matrix M_h used"})
-    elif "diagonal" in given:
-        data_vars["score_diagonal"] = (per + ("dim",), _squeeze(given["diagonal"], per), {
+    elif form == Form.DIAGONAL:
+        data_vars["score_diagonal"] = (per + ("dim",), _squeeze(stacked, per), {
             "units": "1", "description": "diagonal of the (diagonal) score matrix M_h used"})
     if discarded is not None:
         data_vars["antisymmetric_share"] = ("head", discarded, {
@@ -180,7 +185,7 @@ def simulate(
         "x0_source": "cell" if x0 is None else "explicit",
         "heads_source": "cell" if score_matrices is None else "explicit",
         "values_source": "explicit" if value_matrices is not None else (
-            "heads" if values is not None else "scores"),
+            "heads" if values is not None else _ALIGNED_VALUES_SOURCE),
         "solver": "Dormand-Prince 5(4), per-trajectory error control, retraction onto the sphere",
         "solver_heads_form": result.form,
         "solver_rhs_calls": int(result.n_rhs_calls.sum()),
@@ -197,8 +202,9 @@ def simulate(
 
 
 def _integrate(cell, x_init, given, values, times, rtol, atol, max_steps):
-    """The engine on a cell's flow, heads and criterion: the one spelling of the call (the
-    certificate's rerun differs in the tolerances, the step budget and the seeds alone)."""
+    """The engine on a cell's flow, score matrices (``given``: the form's keyword -> its arrays) and
+    criterion: the one spelling of the call (the certificate's rerun differs in the tolerances, the
+    step budget and the seeds alone)."""
     return solve(
         x_init, **given, attention=cell.attention, beta=cell.beta, spherical=cell.spherical, mask=cell.mask,
         t_eval=times, rtol=rtol, atol=atol, max_steps=max_steps, values=values, groups=cell.observables,
@@ -210,13 +216,14 @@ def _integrate(cell, x_init, given, values, times, rtol, atol, max_steps):
 def _certificate(cell, result, x_init, given, values, times) -> dict:
     """The accuracy certificate: the first seeds again at a 100x tighter tolerance (see ``simulate``).
 
-    Integer observables (the cluster count) are left out: a count flips when a pair sits at the
+    Integer variables (the cluster count) are left out: a count flips when a pair sits at the
     threshold, whatever the accuracy. A tighter run that fails records ``inf``.
     """
     k = min(CERTIFICATE_SEEDS, cell.n_seeds)
     rtol = max(cell.rtol / CERTIFICATE_FACTOR, MIN_RTOL)
     atol = cell.atol / CERTIFICATE_FACTOR
-    sub = {key: (tuple(a[:k] for a in arr) if key == "factors" else arr[:k] if arr.shape[0] > 1 else arr)
+    sub = {key: (tuple(a[:k] for a in arr) if key == Form.FACTORED.array else arr[:k] if arr.shape[0] > 1
+                 else arr)
            for key, arr in given.items()}
     vals = None if values is None else (values[:k] if values.shape[0] > 1 else values)
     out = {"certificate_rtol": rtol, "certificate_atol": atol, "certificate_seeds": k,
@@ -228,8 +235,8 @@ def _certificate(cell, result, x_init, given, values, times) -> dict:
         return {**out, "certificate_error": float("inf"),
                 "certificate_variable": f"tighter run failed: {err}"}
     out["certificate_rhs_calls"] = int(tight.n_rhs_calls.sum())  # its cost, next to solver_rhs_calls
-    pairs = {name: (result.observables[name][:k], tight.observables[name])
-             for name in tight.observables if tight.observables[name].dtype.kind == "f"}
+    pairs = {name: (result.variables[name][:k], tight.variables[name])
+             for name in tight.variables if tight.variables[name].dtype.kind == "f"}
     pairs["t_cluster"] = (result.t_cluster[:k], tight.t_cluster)
     worst, where = 0.0, ""
     for name, (got, ref) in pairs.items():
@@ -244,7 +251,7 @@ def certificate_deviation(got, ref, *, censoring: bool = False) -> float:
     (floored at ``CERTIFICATE_SCALE_FLOOR``); 0 when nothing is finite in both.
 
     ``censoring`` (for ``t_cluster``): an entry finite in one and not the other (clustered in one
-    integration only) counts 1. Per-sample observables leave such entries out: a run that stops at
+    integration only) counts 1. Per-sample variables leave such entries out: a run that stops at
     its clustering criterion ends at the end of an integrator step, which moves with the tolerance.
     """
     got, ref = np.asarray(got, dtype=float), np.asarray(ref, dtype=float)
@@ -286,7 +293,7 @@ def _check_matrices(name, a, shape):
     return a
 
 
-def _check_scores(cell, m):
+def _check_score_matrices(cell, m):
     m = _check_matrices("score_matrices", m, (cell.H, cell.d, cell.d))
     asym = np.max(np.abs(m - np.swapaxes(m, -1, -2)))
     if asym > _SYMMETRY_TOLERANCE * max(1.0, np.max(np.abs(m))):
@@ -315,13 +322,13 @@ def _check_x0(cell, x0):
     return x0
 
 
-def _check_finite(cell, obs, measured, sphere_drift):
+def _check_finite(cell, recorded, measured, sphere_drift):
     """Every measured sample finite, tokens on the sphere; ``measured`` is (seed, time)."""
     def finite(v):
         mask = measured.reshape(measured.shape + (1,) * (v.ndim - 2))
         return np.all(np.isfinite(v) | ~mask)
 
-    bad = [k for k, v in obs.items() if v.dtype.kind == "f" and not finite(v)]
+    bad = [k for k, v in recorded.items() if v.dtype.kind == "f" and not finite(v)]
     if bad:
         raise SimulationError(f"{describe(cell)}: non-finite values in {', '.join(bad)}")
     if sphere_drift is not None:

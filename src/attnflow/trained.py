@@ -61,11 +61,11 @@ def resolve(weights: str) -> Path:
 class Layer:
     """One attention layer's weights, float64."""
 
-    query: np.ndarray  # (heads * d_head, d)
+    query: np.ndarray  # (n_heads * d_head, d)
     key: np.ndarray
     value: np.ndarray
-    output: np.ndarray  # (d, heads * d_head)
-    heads: int
+    output: np.ndarray  # (d, n_heads * d_head)
+    n_heads: int
 
     @property
     def d(self) -> int:
@@ -73,18 +73,18 @@ class Layer:
 
     @property
     def d_head(self) -> int:
-        return self.query.shape[0] // self.heads
+        return self.query.shape[0] // self.n_heads
 
     def rows(self, matrix: np.ndarray, h: int) -> np.ndarray:
         return matrix[h * self.d_head:(h + 1) * self.d_head]
 
-    def score_factors(self, h: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(A, B)``, ``(d_head, d)`` each, with ``score(h) = A^T B``."""
+    def query_key(self, h: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(A, B) = (W_Q^h / sqrt(d_head), W_K^h)``, ``(d_head, d)`` each: ``score_matrix(h) = A^T B``."""
         return self.rows(self.query, h) / np.sqrt(self.d_head), self.rows(self.key, h)
 
-    def score(self, h: int) -> np.ndarray:
-        """``W_Q^h^T W_K^h / sqrt(d_head)``, before symmetrisation."""
-        a, b = self.score_factors(h)
+    def score_matrix(self, h: int) -> np.ndarray:
+        """``W_Q^h^T W_K^h / sqrt(d_head)``, the score matrix before symmetrisation."""
+        a, b = self.query_key(h)
         return a.T @ b
 
     def value_matrix(self, h: int) -> np.ndarray:
@@ -132,24 +132,24 @@ def model_heads(path: Path) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def load_layer(weights: str, layer: int, heads: int = 0) -> Layer:
-    """One layer's attention weights; ``heads = 0`` reads the head count from ``config.json``."""
+def load_layer(weights: str, layer: int, n_heads: int = 0) -> Layer:
+    """One layer's attention weights; ``n_heads = 0`` reads the head count from ``config.json``."""
     path = resolve(weights)
     with _open(path) as handle:
         names = _names(handle)
         tensors = [_tensor(path, handle, names, t.format(layer=layer))
                    for t in (_QUERY, _KEY, _VALUE, _OUTPUT)]
-    heads = heads or model_heads(path)
+    n_heads = n_heads or model_heads(path)
     query, key, value, output = tensors
     for name, t, shape in ((_QUERY, query, None), (_KEY, key, query.shape), (_VALUE, value, query.shape),
                            (_OUTPUT, output, query.shape[::-1])):
         if shape is not None and t.shape != shape:
             raise WeightsError(f"weights file {path}: tensor {name.format(layer=layer)!r} has shape "
                                f"{t.shape}, expected {shape}")
-    if query.shape[0] % heads:
+    if query.shape[0] % n_heads:
         raise WeightsError(f"weights file {path}: {query.shape[0]} query rows do not split into "
-                           f"{heads} heads")
-    return Layer(query, key, value, output, heads)
+                           f"{n_heads} heads")
+    return Layer(query, key, value, output, n_heads)
 
 
 @functools.lru_cache(maxsize=4)
@@ -172,10 +172,11 @@ def digest(weights: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerHeads:
-    """The symmetric score matrices (as factors) and value matrices of the chosen heads of one trained layer.
+class LayerMatrices:
+    """The symmetric score matrices (factored form) and value matrices of chosen heads of a trained layer.
 
-    Not the ``trained_heads`` experiment (``experiments.trained_heads.TrainedHeads``), which simulates them.
+    ``heads.HeadMatrices`` carries them into a simulation (the ``trained`` head structure); the
+    ``trained_heads`` experiment (``experiments.trained_heads.TrainedHeads``) simulates them.
     """
 
     factors: tuple[np.ndarray, np.ndarray]  # U (H, d, r), e (H, r)
@@ -201,13 +202,13 @@ def symmetric_factors(a: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> tuple
 
 
 @functools.lru_cache(maxsize=32)
-def build(weights: str, layer: int, subset: tuple[int, ...], values: str, heads: int = 0) -> LayerHeads:
-    """The symmetric score matrices (as factors) and value matrices of the chosen heads of a layer."""
-    lay = load_layer(weights, layer, heads)
+def build(weights: str, layer: int, subset: tuple[int, ...], values: str, n_heads: int = 0) -> LayerMatrices:
+    """The symmetric score matrices (factored form) and value matrices of the chosen heads of a layer."""
+    lay = load_layer(weights, layer, n_heads)
     us, es, vs, norms, shares, discarded = [], [], [], [], [], []
     for h in subset:
-        m = lay.score(h)
-        u, e = symmetric_factors(*lay.score_factors(h))
+        m = lay.score_matrix(h)
+        u, e = symmetric_factors(*lay.query_key(h))
         us.append(u)
         es.append(e)
         norms.append(np.max(np.abs(e)))
@@ -222,30 +223,30 @@ def build(weights: str, layer: int, subset: tuple[int, ...], values: str, heads:
     for i, (u, e) in enumerate(zip(us, es, strict=True)):
         u_all[i, :, : u.shape[1]] = u
         e_all[i, : e.size] = e
-    return LayerHeads((u_all, e_all), np.stack(vs) if vs else None, np.array(norms), np.array(shares),
+    return LayerMatrices((u_all, e_all), np.stack(vs) if vs else None, np.array(norms), np.array(shares),
                       np.array(discarded))
 
 
-def principal_angles(weights: str, layer: int, heads: int = 0) -> np.ndarray:
+def principal_angles(weights: str, layer: int, n_heads: int = 0) -> np.ndarray:
     """Principal angles (degrees) between the query subspaces of every pair of heads, (pairs, d_head)."""
-    lay = load_layer(weights, layer, heads)
-    bases = [np.linalg.qr(lay.rows(lay.query, h).T)[0] for h in range(lay.heads)]
+    lay = load_layer(weights, layer, n_heads)
+    bases = [np.linalg.qr(lay.rows(lay.query, h).T)[0] for h in range(lay.n_heads)]
     angles = []
-    for a in range(lay.heads):
-        for b in range(a + 1, lay.heads):
+    for a in range(lay.n_heads):
+        for b in range(a + 1, lay.n_heads):
             cosines = np.clip(np.linalg.svd(bases[a].T @ bases[b], compute_uv=False), -1.0, 1.0)
             angles.append(np.degrees(np.arccos(cosines)))
     return np.array(angles)
 
 
-def cross_norms(weights: str, layer: int, heads: int = 0) -> np.ndarray:
+def cross_norms(weights: str, layer: int, n_heads: int = 0) -> np.ndarray:
     """``||M_h' M_h||_op / (||M_h'|| ||M_h||)`` over ordered pairs of heads (symmetric parts).
 
     Through the factors: with orthonormal ``U``, ``||U_a E_a U_a^T U_b E_b U_b^T||_op =
     ||E_a (U_a^T U_b) E_b||_op``, a small matrix.
     """
-    lay = load_layer(weights, layer, heads)
-    factors = [symmetric_factors(*lay.score_factors(h)) for h in range(lay.heads)]
+    lay = load_layer(weights, layer, n_heads)
+    factors = [symmetric_factors(*lay.query_key(h)) for h in range(lay.n_heads)]
     norms = [np.max(np.abs(e)) for _, e in factors]
     out = []
     for a, (ua, ea) in enumerate(factors):

@@ -1,10 +1,10 @@
 """The compiled engine: batched, adaptive integration of the attention flow with exact observables.
 
-``solve`` prepares the heads in the form that is cheapest to apply, allocates
-the outputs of the wanted observable groups, and runs the compiled loop
-(``dopri.solve_batch``) with single-threaded BLAS inside numba's threads.
-``observe`` measures the same observables at given configurations, without
-integrating.
+``solve`` prepares the score matrices in the form that is cheapest to apply
+(``heads.Form``), allocates the variables of the wanted observable groups, and
+runs the compiled loop (``dopri.solve_batch``) with single-threaded BLAS inside
+numba's threads. ``observe`` measures the same variables at given
+configurations, without integrating.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from ..attention import ATTENTIONS, MASKS, AttentionType
+from ..heads import Form
 from ..observables import GROUPS, canonical_groups, variables
 from ..tableau import DOPRI5, ButcherTableau
 from .dopri import (
@@ -37,7 +38,7 @@ from .dopri import (
     observe_batch,
     solve_batch,
 )
-from .field import COMPILED_FORMS, COMPILED_WEIGHTS, Flow, Form, Heads
+from .field import COMPILED_FORMS, COMPILED_WEIGHTS, Flow, HeadArrays
 from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
 from .version import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 
@@ -110,7 +111,7 @@ class IntegrationError(RuntimeError):
 
 @dataclasses.dataclass
 class EngineResult:
-    observables: dict[str, np.ndarray]  # name -> (B, T, ...) for every variable of the wanted groups
+    variables: dict[str, np.ndarray]  # name -> (B, T, ...) for every variable of the wanted groups
     n_steps: np.ndarray  # (B,) accepted steps
     n_rejected: np.ndarray  # (B,) rejected steps
     n_rhs_calls: np.ndarray  # (B,) field evaluations, samples included
@@ -118,7 +119,7 @@ class EngineResult:
     norm_drift: np.ndarray  # (B,) largest | ||x_i|| - 1 | over the samples
     max_retraction: np.ndarray  # (B,) largest | ||x_i|| - 1 | removed by a retraction
     t_stop: np.ndarray  # (B,) where the integration ended: t_eval[-1], or t_cluster when stopping there
-    form: str  # how the heads were applied
+    form: str  # the form the score matrices were applied in (``Form.label``)
 
 
 @functools.cache
@@ -129,43 +130,45 @@ def _blas() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def head_form(scores, diagonal, factors, d: int) -> Form:
-    """The cheapest exact way to apply the heads: factors when ``r <= d/2``, diagonal, or dense."""
+def head_form(score_matrices, diagonal, factors, d: int) -> Form:
+    """The cheapest exact form to apply the score matrices in: factored when ``r <= d/2``, diagonal
+    (also dense matrices that are diagonal), or dense."""
     if factors is not None and factors[1].shape[-1] <= d // 2:
         return Form.FACTORED
-    if diagonal is not None or (scores is not None and np.all(scores == scores * np.eye(d))):
+    if diagonal is not None or (score_matrices is not None
+                                and np.all(score_matrices == score_matrices * np.eye(d))):
         return Form.DIAGONAL
     return Form.DENSE
 
 
-def _head_arrays(x0, scores, diagonal, factors, values):
-    """The batch's ``Heads``: form, diag, dense, U, U^T, e, V^T, shared (unused arrays empty), H.
+def _head_arrays(x0, score_matrices, diagonal, factors, values):
+    """The batch's ``HeadArrays``: form, diagonal, dense, U, U^T, e, V^T, shared (unused arrays empty), H.
 
     Each array has one row per trajectory, or a single row all trajectories share.
     """
     B, d = 1, x0.shape[2]  # the unused arrays: one empty row
-    given = [a for a in (scores, diagonal, None if factors is None else factors[1]) if a is not None]
+    given = [a for a in (score_matrices, diagonal, None if factors is None else factors[1]) if a is not None]
     if len(given) != 1:
-        raise ValueError("give the heads as exactly one of scores, diagonal, factors")
+        raise ValueError("give the score matrices in exactly one form: score_matrices, diagonal or factors")
     H = given[0].shape[1]
-    form = head_form(scores, diagonal, factors, d)
+    form = head_form(score_matrices, diagonal, factors, d)
     empty2, empty3 = np.empty((B, 0, 0)), np.empty((B, 0, 0, 0))
     if factors is not None and form != Form.FACTORED:  # rank too high to pay: dense products
         u, e = factors
-        scores, factors = np.einsum("bhdr,bhr,bher->bhde", u, e, u), None
+        score_matrices, factors = np.einsum("bhdr,bhr,bher->bhde", u, e, u), None
     diag = dense = u = ut = eig = None
     if form == Form.DIAGONAL:
-        diag = diagonal if diagonal is not None else np.diagonal(scores, axis1=-2, axis2=-1)
+        diag = diagonal if diagonal is not None else np.diagonal(score_matrices, axis1=-2, axis2=-1)
     elif form == Form.DENSE:
-        dense = scores
+        dense = score_matrices
     else:
         u, eig = factors
         ut = np.swapaxes(u, -1, -2)
     as_array = lambda a, empty: empty if a is None else np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
     values_t = None if values is None else np.swapaxes(values, -1, -2)
-    return form, Heads(int(form), as_array(diag, empty2), as_array(dense, empty3), as_array(u, empty3),
-                       as_array(ut, empty3), as_array(eig, empty2), as_array(values_t, empty3),
-                       values is None, H)
+    return form, HeadArrays(int(form), as_array(diag, empty2), as_array(dense, empty3), as_array(u, empty3),
+                            as_array(ut, empty3), as_array(eig, empty2), as_array(values_t, empty3),
+                            values is None, H)
 
 
 def _outputs(groups, B, T, H, n, d) -> Outputs:
@@ -190,7 +193,7 @@ def _want(groups) -> np.ndarray:
 
 def solve(
     x0: np.ndarray,
-    scores: np.ndarray | None = None,
+    score_matrices: np.ndarray | None = None,
     *,
     diagonal: np.ndarray | None = None,
     attention: str | AttentionType,
@@ -217,9 +220,10 @@ def solve(
     ----------
     x0 : (B, n, d) initial tokens
     beta : inverse temperature, one for all or (B,) one per trajectory
-    scores : (B, H, d, d) symmetric score matrices per trajectory, or
+    The score matrices ``M_h`` in one form (``heads.Form``):
+    score_matrices : (B, H, d, d) symmetric score matrices per trajectory (dense), or
     diagonal : (B, H, d), ``M_h = diag(diagonal)``, or
-    factors : ``(U, e)``, (B, H, d, r) and (B, H, r), with ``M_h = U diag(e) U^T``
+    factors : ``(U, e)``, (B, H, d, r) and (B, H, r), with ``M_h = U diag(e) U^T`` (factored)
     values : (B, H, d, d) value matrices, or None for ``V_h = M_h``
     A leading dimension of 1 instead of B shares the heads among all trajectories.
     groups : observable groups to record (``attnflow.observables``)
@@ -237,16 +241,16 @@ def solve(
     if t_eval.ndim != 1 or t_eval.size < 2 or not np.all(np.diff(t_eval) > 0):
         raise ValueError(f"t_eval: needs at least two strictly increasing times, got {t_eval!r}")
     groups = canonical_groups(groups)
-    form, heads = _head_arrays(x0, scores, diagonal, factors, values)
-    out = _outputs(groups, B, t_eval.size, heads.H, n, d)
+    form, head_arrays = _head_arrays(x0, score_matrices, diagonal, factors, values)
+    out = _outputs(groups, B, t_eval.size, head_arrays.H, n, d)
     stats = Stats(np.zeros((B, 4), dtype=np.int64), np.zeros((B, 4)))
     control = Control(float(rtol), float(atol), int(max_steps),
                       0.0 if fixed_step is None else float(fixed_step))
     criterion = Criterion(int(METRICS[cluster_metric]), float(cluster_threshold), 1.0 - float(cluster_eps),
                           bool(stop_at_cluster))
     with _blas().limit(limits=1), numba.parallel_chunksize(1):
-        solve_batch(x0, heads, flow, _per_trajectory(beta, B), t_eval, _method(tableau), control, criterion,
-                    _sampling(groups), out, stats)
+        solve_batch(x0, head_arrays, flow, _per_trajectory(beta, B), t_eval, _method(tableau), control,
+                    criterion, _sampling(groups), out, stats)
     counts, times = stats
     failed = np.flatnonzero(counts[:, STATUS] != Status.OK)
     if failed.size:
@@ -254,15 +258,15 @@ def solve(
         why = {Status.UNDERFLOW: "step size underflow (non-finite or stiff)",
                Status.BUDGET: f"step budget of {max_steps} exhausted"}[Status(counts[b, STATUS])]
         raise IntegrationError(f"trajectory {b}: {why} at t = {times[b, T_STOP]:.6g} of {t_eval[-1]:g}")
-    observables = {var.name: getattr(out, var.name) for var in variables(groups)}
-    return EngineResult(observables, counts[:, STEPS].copy(), counts[:, REJECTED].copy(),
+    recorded = {var.name: getattr(out, var.name) for var in variables(groups)}
+    return EngineResult(recorded, counts[:, STEPS].copy(), counts[:, REJECTED].copy(),
                         counts[:, CALLS].copy(), times[:, T_CLUSTER].copy(), times[:, DRIFT].copy(),
-                        times[:, RETRACTION].copy(), times[:, T_STOP].copy(), form.name.lower())
+                        times[:, RETRACTION].copy(), times[:, T_STOP].copy(), form.label)
 
 
 def observe(
     x: np.ndarray,
-    scores: np.ndarray | None = None,
+    score_matrices: np.ndarray | None = None,
     *,
     diagonal: np.ndarray | None = None,
     attention: str | AttentionType,
@@ -274,7 +278,8 @@ def observe(
     groups=("cosines", "velocity", "energy", "radial", "entropy"),
     cluster_eps: float = 1e-2,
 ) -> dict[str, np.ndarray]:
-    """Observables at configurations ``x`` (B, n, d), heads as in ``solve``, without integrating.
+    """The variables of ``groups`` at configurations ``x`` (B, n, d), score matrices as in ``solve``,
+    without integrating.
 
     Returns name -> array of shape (B, ...) for every variable of ``groups``.
     """
@@ -282,10 +287,10 @@ def observe(
     x = np.ascontiguousarray(x, dtype=np.float64)
     B, n, d = x.shape
     groups = canonical_groups(groups)
-    _, heads = _head_arrays(x, scores, diagonal, factors, values)
-    out = _outputs(groups, B, 1, heads.H, n, d)
+    _, head_arrays = _head_arrays(x, score_matrices, diagonal, factors, values)
+    out = _outputs(groups, B, 1, head_arrays.H, n, d)
     drift = np.zeros(B)
     with _blas().limit(limits=1):
-        observe_batch(x, heads, flow, _per_trajectory(beta, B), _sampling(groups), 1.0 - float(cluster_eps),
-                      out, drift)
+        observe_batch(x, head_arrays, flow, _per_trajectory(beta, B), _sampling(groups),
+                      1.0 - float(cluster_eps), out, drift)
     return {var.name: getattr(out, var.name)[:, 0] for var in variables(groups)}

@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from .borrow import borrow, keep
-from .field import Heads, field, workspace
+from .field import HeadArrays, field, workspace
 from .measure import Metric, criterion_value, measure, scratch
 
 _SAFETY, _MIN_FACTOR, _MAX_FACTOR = 0.9, 0.2, 10.0
@@ -44,8 +44,8 @@ Control = namedtuple("Control", "rtol atol max_steps fixed_step")
 # the clustering criterion (``Metric``, threshold), the cluster-count level, and whether to stop there
 Criterion = namedtuple("Criterion", "metric threshold level stop")
 # what the samples record: ``want`` flags by ``Group``; ``field``: evaluate the field there;
-# ``scores``: keep the raw scores (both from the groups' declarations)
-Sampling = namedtuple("Sampling", "want field scores")
+# ``keep_scores``: keep the raw scores s^h_ij (both from the groups' declarations)
+Sampling = namedtuple("Sampling", "want field keep_scores")
 # per-trajectory statistics of the batch: counts (B, 4) int64 and times (B, 4), columns above
 Stats = namedtuple("Stats", "counts times")
 # one trajectory's buffers: stages (s, n, d), the stage input, the new solution, the error
@@ -218,7 +218,7 @@ def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd, flow, beta
         sigma = (t_eval[next_sample] - t) / h
         _dense(xs, y, buf.stages, h, sigma, method.poly, buf.weights, flow.spherical)
         if sampling.field:
-            field(xs, xs_dot, hd, flow, beta, sampling.scores, sampling.field, ws)
+            field(xs, xs_dot, hd, flow, beta, sampling.keep_scores, sampling.field, ws)
             calls += 1
             drift = max(drift, measure(xs, xs_dot, sampling, flow, beta, hd.shared, criterion.level,
                                        ws, sc, out, b, next_sample))
@@ -247,7 +247,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     """
     n, d = x0.shape
     n_stages = method.a.shape[0]
-    owned = (workspace(n, d, hd.H, hd.eig.shape[1], sampling.scores, not hd.shared), scratch(n, d, hd.H),
+    owned = (workspace(n, d, hd.H, hd.eig.shape[1], sampling.keep_scores, not hd.shared), scratch(n, d, hd.H),
              Buffers(np.empty((n_stages, n, d)), np.empty((n, d)), np.empty((n, d)), np.empty((n, d)),
                      np.empty((n, d)), np.empty((n, d)), np.empty(n_stages)),
              x0.copy())
@@ -260,7 +260,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     status = Status.OK
 
     # Stage 0 is the field at y, with what the observables of sample 0 read.
-    field(y, stages[0], hd, flow, beta, sampling.scores, sampling.field, ws)
+    field(y, stages[0], hd, flow, beta, sampling.keep_scores, sampling.field, ws)
     calls += 1
     # Sample 0: the velocity is the field just evaluated, when the groups need it.
     if sampling.field:
@@ -366,30 +366,30 @@ def _row(a, b):
 
 
 @numba.njit(cache=True)
-def heads_of(heads, b):
-    """The heads of trajectory ``b`` from the batch's head arrays (``Heads`` of (B or 1, ...) arrays)."""
-    return Heads(heads.form, _row(heads.diag, b), _row(heads.dense, b), _row(heads.u, b), _row(heads.ut, b),
-                 _row(heads.eig, b), _row(heads.values_t, b), heads.shared, heads.H)
+def trajectory_heads(batch, b):
+    """Trajectory ``b``'s ``HeadArrays`` from the batch's (arrays of (B or 1, ...))."""
+    return HeadArrays(batch.form, _row(batch.diagonal, b), _row(batch.dense, b), _row(batch.u, b),
+                      _row(batch.ut, b), _row(batch.eig, b), _row(batch.values_t, b), batch.shared, batch.H)
 
 
 @numba.njit(cache=True, parallel=True)
-def solve_batch(x0, heads, flow, beta, t_eval, method, control, criterion, sampling, out, stats):
+def solve_batch(x0, head_arrays, flow, beta, t_eval, method, control, criterion, sampling, out, stats):
     """Integrate every trajectory of the batch (``prange``: one per thread at a time); ``beta`` is (B,).
 
     The trajectories get borrowed views of the shared arrays, which live for this call: no
     reference counts for threads to contend on (``engine.borrow``).
     """
     for b in numba.prange(x0.shape[0]):
-        solve_one(np.int64(b), np.ascontiguousarray(x0[b]), heads_of(borrow(heads), b), flow, beta[b],
-                  borrow(t_eval), borrow(method), control, criterion, borrow(sampling), borrow(out),
+        solve_one(np.int64(b), np.ascontiguousarray(x0[b]), trajectory_heads(borrow(head_arrays), b), flow,
+                  beta[b], borrow(t_eval), borrow(method), control, criterion, borrow(sampling), borrow(out),
                   borrow(stats))
 
 
 @numba.njit(cache=True, parallel=True)
-def observe_batch(x, heads, flow, beta, sampling, level, out, drift):
-    """The wanted observables of every configuration ``x[b]``, as sample 0 of ``out``."""
+def observe_batch(x, head_arrays, flow, beta, sampling, level, out, drift):
+    """The variables of the wanted groups at every configuration ``x[b]``, as sample 0 of ``out``."""
     for b in numba.prange(x.shape[0]):
-        hd = heads_of(borrow(heads), b)
+        hd = trajectory_heads(borrow(head_arrays), b)
         n, d = x.shape[1:]
         owned = (workspace(n, d, hd.H, hd.eig.shape[1], True, not hd.shared), scratch(n, d, hd.H),
                  np.empty((n, d)), np.ascontiguousarray(x[b]))

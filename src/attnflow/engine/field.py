@@ -4,36 +4,28 @@ One trajectory per call, so the integrator can run one trajectory per thread
 with single-threaded BLAS for the products: the arithmetic of a trajectory is
 the same whatever its batch or the core count, hence bit-identical results.
 The weights are computed here and only here (``attention_weights``); the
-observables read them from the workspace of the last evaluation.
+measurements (``measure``) read them from the workspace of the last evaluation.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
-from enum import IntEnum
 
 import numba
 import numpy as np
 
 from ..attention import Weights
+from ..heads import Form
 from .expo import exp_inplace
 
+# The score and value matrices of one trajectory's heads as the compiled code applies them (or of a
+# batch, each array with a leading axis of B or 1), in the form ``form`` (``heads.Form``: how the
+# rows ``X M_h`` are computed). Arrays the form does not use are empty.
+#   diagonal (H, d), dense (H, d, d) = M_h, u (H, d, r), ut (H, r, d), eig (H, r): M_h = U diag(e) U^T
+#   values_t (H, d, d) = V_h^T;  shared: value alignment V_h = M_h (values_t unused);  H: the number of heads
+HeadArrays = namedtuple("HeadArrays", "form diagonal dense u ut eig values_t shared H")
 
-class Form(IntEnum):
-    """How the heads of a trajectory are applied: ``rows = X M_h``."""
-
-    DIAGONAL = 0  # M_h diagonal (scalar and block heads): a scaling of columns
-    DENSE = 1  # one product with M_h
-    FACTORED = 2  # M_h = U_h diag(e_h) U_h^T of rank r < d/2: products through the factors
-
-
-# Heads of one trajectory (or of a batch, each array with a leading axis of B or 1).
-# Arrays a form does not use are empty.
-#   diag (H, d), dense (H, d, d), u (H, d, r), ut (H, r, d), eig (H, r), values_t (H, d, d) = V_h^T
-#   shared: value alignment V_h = M_h (values_t unused);  H: the number of heads
-Heads = namedtuple("Heads", "form diag dense u ut eig values_t shared H")
-
-# The flow and what its observables measure, from the attention declaration
+# The flow and what its observable groups measure, from the attention declaration
 # (``attnflow.attention``), the mask and the geometry; plain ints and bools, so
 # every flow compiles to the same specialisation.
 #   weights, energy, entropy: the rules (``Weights``, ``Energy``, ``Entropy``)
@@ -223,7 +215,7 @@ def head_rows(x, hd, h, ws):
     if hd.form == Form.DIAGONAL:
         for j in range(n):
             for k in range(d):
-                y[j, k] = x[j, k] * hd.diag[h, k]
+                y[j, k] = x[j, k] * hd.diagonal[h, k]
     elif hd.form == Form.DENSE:
         np.dot(x, hd.dense[h], y)
     elif hd.form == Form.FACTORED:
@@ -236,9 +228,9 @@ def head_rows(x, hd, h, ws):
 def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
     """Write ``dx/dt`` at ``x`` (n, d) into ``out``; intermediate results stay in ``ws``.
 
-    ``keep_scores`` keeps the raw scores in ``ws.sraw``; ``need_rows`` makes sure
-    ``ws.y`` holds the rows ``M_h x_j`` also for factored heads (both for the
-    observables).
+    ``hd`` is the trajectory's ``HeadArrays``. ``keep_scores`` keeps the raw scores
+    s^h_ij in ``ws.sraw``; ``need_rows`` makes sure ``ws.y`` holds the rows
+    ``M_h x_j`` also in the factored form (both for the observable groups).
     """
     n, d = x.shape
     H = ws.f.shape[0]

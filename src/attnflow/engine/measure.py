@@ -326,10 +326,11 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
 
 @numba.njit(cache=True)
 def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, out, b, t):
-    """Write the observables ``sampling`` wants at state ``x`` (velocity ``xdot``) into ``out[...][b, t]``.
+    """Write the variables of the groups ``sampling`` wants at state ``x`` (velocity ``xdot``) into
+    ``out[...][b, t]``.
 
     When ``sampling.field``, ``ws`` must hold the evaluation of the field at
-    ``x`` (with the raw scores if ``sampling.scores``, and the rows). ``shared_rows``: the head
+    ``x`` (with the raw scores if ``sampling.keep_scores``, and the rows). ``shared_rows``: the head
     outputs are ``W_h`` times the rows ``M_h x_j`` (value alignment), so
     ``sum_j exp(beta s_ij) M_h x_j`` follows from ``f`` without a product.
     The energies run over all pairs whatever the mask: they are functions of

@@ -54,10 +54,10 @@ def orthogonal_threshold(H: int, n: int, alpha: float = 1.0, tol: float = 1e-12)
 
     H, n = int(H), int(n)
     x = np.eye(n)[None]
-    scores = np.broadcast_to(alpha * np.eye(n), (1, H, n, n)).copy()
+    score_matrices = np.broadcast_to(alpha * np.eye(n), (1, H, n, n)).copy()
 
     def margin(beta):
-        out = observe(x, scores, attention="softmax", beta=beta, groups=("radial",))
+        out = observe(x, score_matrices, attention="softmax", beta=beta, groups=("radial",))
         return float(out["rd_margin_sufficient"].min())
 
     lo, hi = 1e-9, 1.0

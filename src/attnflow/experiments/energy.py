@@ -10,7 +10,9 @@ from . import Axis, Experiment
 from ._common import all_heads_monotone
 
 
-class Energy(Experiment):
+class EnergyExperiment(Experiment):
+    """The ``energy`` experiment (not ``attention.Energy``, the rule an attention type declares)."""
+
     name = "energy"
     theorem = "Thm 11, 16-17"
     question = ("Does the total energy E_multi rise along the flow, flat and on the sphere, and can a "
@@ -74,4 +76,4 @@ class Energy(Experiment):
         return fig
 
 
-EXPERIMENT = Energy()
+EXPERIMENT = EnergyExperiment()

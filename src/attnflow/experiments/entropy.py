@@ -21,7 +21,9 @@ def integrated_residual(entropy: np.ndarray, rate: np.ndarray, t: np.ndarray) ->
     return float(np.max(np.abs(change - integral)) / max(np.max(np.abs(change)), 1e-300))
 
 
-class Entropy(Experiment):
+class EntropyExperiment(Experiment):
+    """The ``entropy`` experiment (not ``attention.Entropy``, the rule an attention type declares)."""
+
     name = "entropy"
     theorem = "Thm 27"
     question = ("Does the exact entropy-production identity dH_i/dt = -beta^2 Cov_p(s, ds/dt) hold, and "
@@ -73,4 +75,4 @@ class Entropy(Experiment):
         return grid.figure
 
 
-EXPERIMENT = Entropy()
+EXPERIMENT = EntropyExperiment()

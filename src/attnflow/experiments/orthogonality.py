@@ -10,15 +10,16 @@ from . import Axis, Experiment
 from ._common import all_heads_monotone, before_cluster
 
 
-def cross_norms(scores: np.ndarray) -> np.ndarray:
+def cross_norms(score_matrices: np.ndarray) -> np.ndarray:
     """Per seed, ``omega = max over head pairs of ||M_h' M_h||_op``: the overlap Thm 39 bounds (the
-    paper's delta), not the cell field ``delta`` (the perturbation norm); scores (seed, H, d, d)."""
-    H = scores.shape[1]
-    worst = np.zeros(scores.shape[0])
+    paper's delta), not the cell field ``delta`` (the perturbation norm); score_matrices (seed, H, d, d)."""
+    m = score_matrices
+    H = m.shape[1]
+    worst = np.zeros(m.shape[0])
     for a in range(H):
         for b in range(H):
             if a != b:
-                worst = np.maximum(worst, np.linalg.norm(scores[:, a] @ scores[:, b], 2, axis=(-2, -1)))
+                worst = np.maximum(worst, np.linalg.norm(m[:, a] @ m[:, b], 2, axis=(-2, -1)))
     return worst
 
 

@@ -28,6 +28,8 @@ def missing_weights(weights) -> str | None:
 
 
 class TrainedHeads(Experiment):
+    """The ``trained_heads`` experiment (the layer's matrices themselves: ``trained.LayerMatrices``)."""
+
     name = "trained_heads"
     theorem = "Thm 19, 39"
     question = ("Do the heads of a trained transformer (MiniLM-L6 by default) keep per-head monotonicity "
@@ -99,10 +101,10 @@ class TrainedHeads(Experiment):
         out["beta_mono_mean"] = per_seed.mean("seed")
         out["beta_mono_below_grid"] = below.mean("seed")
         out["beta_mono_above_grid"] = above.mean("seed")
-        weights, heads = spec.fixed["weights"], int(spec.fixed.get("model_heads", 0))
+        weights, n_heads = spec.fixed["weights"], int(spec.fixed.get("model_heads", 0))
         layers = [int(v) for v in out.layer.values]
-        angles = np.stack([trained.principal_angles(weights, L, heads).ravel() for L in layers])
-        cross = np.stack([trained.cross_norms(weights, L, heads) for L in layers])
+        angles = np.stack([trained.principal_angles(weights, L, n_heads).ravel() for L in layers])
+        cross = np.stack([trained.cross_norms(weights, L, n_heads) for L in layers])
         out["principal_angle"] = (("layer", "angle"), angles, {"units": "degree"})
         out["cross_norm"] = (("layer", "pair"), cross)
         out.attrs["weights_sha256"] = trained.digest(weights)
