@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from sweep_helpers import ROOT, assert_same_results, run, write_config
+from sweep_helpers import ROOT, assert_same_results, beta_star_config, run
 
 pytestmark = pytest.mark.workflow
 
@@ -36,9 +36,11 @@ def slurm_conf(tmp_path_factory):
     subprocess.run(["bash", str(script), "stop", str(state)], capture_output=True)
 
 
-def test_slurm_run_equals_local_run(tmp_path, slurm_conf, tiny_run):
-    _, _, local = tiny_run
-    config = write_config(tmp_path)
+def test_slurm_run_equals_local_run(tmp_path, slurm_conf, beta_star_run):
+    # The config of the session's local run beta_star_run (the tiny config's beta_star alone: two
+    # simulation jobs through sbatch, the tests' experiment module imported on the node).
+    _, _, local = beta_star_run
+    config = beta_star_config(tmp_path)
     proc = run(
         tmp_path, config,
         "--profile", str(ROOT / "profiles" / "slurm"),
