@@ -59,3 +59,18 @@ def beta_star_run(tmp_path_factory):
 
     tmp = _session_run(tmp_path_factory, "beta_star", lambda tmp: run(tmp, beta_star_config(tmp), cores=1))
     return tmp, tmp / "config.yaml", tmp / "results"
+
+
+@pytest.fixture(scope="session")
+def compiled_engine(tmp_path_factory):
+    """The engine compiled into the working tree's numba cache, once per session (all workers).
+
+    One small cell simulated in-process compiles the solver every simulation job uses
+    (test_doc_commands hands the cache to its fresh install, which would compile it again).
+    """
+    def compile_engine(_):
+        from attnflow import Cell, simulate
+
+        simulate(Cell(H=2, n=4, d=4, beta=0.5, heads="block", seeds=2, t_max=0.5, n_samples=3))
+
+    _session_run(tmp_path_factory, "compiled_engine", compile_engine)

@@ -158,8 +158,9 @@ def _share_numba_cache(installed: Path) -> None:
     cache beside the file: an installed copy would compile the engine again (about 40 s on 2 cores,
     README), once per session, testing nothing the working tree's compile did not. The installed
     sources are the working tree's (same bytes): they take its modification times, and the cache
-    files are copied beside them. Whatever the working tree has not compiled yet (or a change
-    made since: a different size or time) the install compiles itself, as before.
+    files are copied beside them (compiled_engine has compiled the solver first). Whatever the working
+    tree has not compiled (or a change made since: a different size or time) the install compiles
+    itself, as before.
     """
     source = ROOT / "src" / "attnflow"
     for cache in source.rglob("__pycache__"):
@@ -178,7 +179,7 @@ def _share_numba_cache(installed: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory):
+def installed(tmp_path_factory, compiled_engine):
     """(copy of the working tree, environment): attnflow installed from the copy with ``pip install .``."""
     tmp = tmp_path_factory.mktemp("docs")
     clone = tmp / "clone"
