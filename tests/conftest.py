@@ -1,3 +1,6 @@
+import fcntl
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -12,12 +15,62 @@ def rng():
     return np.random.default_rng(20261130)
 
 
+# Finished workflow runs shared by the whole session. Tests only read them; a test that damages,
+# deletes or adds results copies the results directory first (shutil.copytree) and runs on the copy.
+def _session_run(tmp_path_factory, name: str, make) -> Path:
+    """A directory that ``make(directory)`` fills once per test session.
+
+    Under pytest-xdist each worker has its own session fixtures: the first worker to ask makes the
+    directory, in the session's base temporary directory (above the workers' own), under a file
+    lock; the others wait for it and read the same one. A worker that failed halfway leaves no
+    ``.complete`` marker: the next one starts again from scratch.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    directory, complete = base / name, base / f"{name}.complete"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not complete.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            make(directory)
+            complete.touch()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """The tiny config run once locally on 2 cores: (workdir, config path, results dir)."""
     from sweep_helpers import run, write_config
 
-    tmp = tmp_path_factory.mktemp("tiny")
-    config = write_config(tmp)
-    run(tmp, config)
-    return tmp, config, tmp / "results"
+    tmp = _session_run(tmp_path_factory, "tiny", lambda tmp: run(tmp, write_config(tmp)))
+    return tmp, tmp / "config.yaml", tmp / "results"
+
+
+@pytest.fixture(scope="session")
+def beta_star_run(tmp_path_factory):
+    """The tiny config's beta_star alone, run once locally on ONE core: (workdir, config path, results dir).
+
+    One core on purpose: test_faults.test_same_seeds_bit_identical_on_one_core compares its stores with
+    those of ``tiny_run`` (two cores). The stale-store, bit-rot and SLURM tests start from copies of it.
+    """
+    from sweep_helpers import beta_star_config, run
+
+    tmp = _session_run(tmp_path_factory, "beta_star", lambda tmp: run(tmp, beta_star_config(tmp), cores=1))
+    return tmp, tmp / "config.yaml", tmp / "results"
+
+
+@pytest.fixture(scope="session")
+def compiled_engine(tmp_path_factory):
+    """The engine compiled into the working tree's numba cache, once per session (all workers).
+
+    One small cell simulated in-process compiles the solver every simulation job uses
+    (test_doc_commands hands the cache to its fresh install, which would compile it again).
+    """
+    def compile_engine(_):
+        from attnflow import Cell, simulate
+
+        simulate(Cell(H=2, n=4, d=4, beta=0.5, heads="block", seeds=2, t_max=0.5, n_samples=3))
+
+    _session_run(tmp_path_factory, "compiled_engine", compile_engine)

@@ -40,6 +40,16 @@ def write_config(tmp: Path, name: str = "config.yaml", **edits) -> Path:
     return out
 
 
+# Every experiment of the tiny config but beta_star: dropped from it, beta_star runs alone.
+NOT_BETA_STAR = ("energy", "superadditivity", "clustering_time", "clustering_probability", "entropy",
+                 "orthogonality", "toy_margin")
+
+
+def beta_star_config(tmp: Path, name: str = "config.yaml", **edits) -> Path:
+    """The tiny config's beta_star alone (2 batches of 2 cells), results under ``tmp/results``."""
+    return write_config(tmp, name, **{f"experiments.{e}": None for e in NOT_BETA_STAR}, **edits)
+
+
 def snakemake_cmd(workdir: Path, config: Path, *extra) -> list[str]:
     return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
             "--directory", str(workdir), "--configfile", str(config), *extra]

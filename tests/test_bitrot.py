@@ -12,26 +12,23 @@ import sys
 import numpy as np
 import pytest
 import xarray as xr
-from sweep_helpers import planned, run, snapshot, write_config
+from sweep_helpers import beta_star_config, planned, run, snapshot
 
 from attnflow.cli import main as attnflow_main
 from attnflow.store import verify
 
 pytestmark = pytest.mark.workflow
 
-OTHERS = ("energy", "superadditivity", "clustering_time", "clustering_probability", "entropy",
-          "orthogonality", "toy_margin")
 
 
 def _config(tmp):
-    return write_config(tmp, **{f"experiments.{name}": None for name in OTHERS})
+    return beta_star_config(tmp)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bitrot")
-    run(tmp, _config(tmp))
-    return tmp / "results"
+@pytest.fixture
+def reference(beta_star_run):
+    """The results of this config, run once per session (tests/conftest.py); the tests rot a copy."""
+    return beta_star_run[2]
 
 
 def _rot(store):

@@ -36,8 +36,8 @@ DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").g
         "config/README.md"]
 COMMAND = re.compile(r"(snakemake|attnflow|pip|python3?|conda)(\s|$)")
 
-# A small sweep for the commands that run the workflow for real (seconds, after the
-# engine compiles once in the fresh install).
+# A small sweep for the commands that run the workflow for real (seconds: the install shares the
+# working tree's numba cache, _share_numba_cache).
 TINY = {
     "results": "results-tiny",
     "dask_scheduler": "synchronous",
@@ -151,8 +151,35 @@ def _tracked_files() -> list[str]:
     return [f for f in out.split("\0") if f and (ROOT / f).is_file()]
 
 
+def _share_numba_cache(installed: Path) -> None:
+    """The working tree's numba cache, for the same sources installed at ``installed``.
+
+    numba keys a cached function on its source file's modification time and size, and keeps the
+    cache beside the file: an installed copy would compile the engine again (about 40 s on 2 cores,
+    README), once per session, testing nothing the working tree's compile did not. The installed
+    sources are the working tree's (same bytes): they take its modification times, and the cache
+    files are copied beside them (compiled_engine has compiled the solver first). Whatever the working
+    tree has not compiled (or a change made since: a different size or time) the install compiles
+    itself, as before.
+    """
+    source = ROOT / "src" / "attnflow"
+    for cache in source.rglob("__pycache__"):
+        index = sorted(cache.glob("*.nbi"))
+        if not index:
+            continue
+        package = installed / cache.parent.relative_to(source)
+        for module in cache.parent.glob("*.py"):
+            copy = package / module.name
+            if copy.is_file() and copy.read_bytes() == module.read_bytes():
+                st = module.stat()
+                os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+        (package / "__pycache__").mkdir(exist_ok=True)
+        for path in [*index, *cache.glob("*.nbc")]:
+            shutil.copy2(path, package / "__pycache__" / path.name)
+
+
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory):
+def installed(tmp_path_factory, compiled_engine):
     """(copy of the working tree, environment): attnflow installed from the copy with ``pip install .``."""
     tmp = tmp_path_factory.mktemp("docs")
     clone = tmp / "clone"
@@ -169,6 +196,7 @@ def installed(tmp_path_factory):
     target = Path(subprocess.run([str(python), "-c", purelib], capture_output=True, text=True,
                                  check=True).stdout.strip())
     (target / "zz_test_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    _share_numba_cache(target / "attnflow")
     # Console scripts of the dependencies, bound to the new venv's interpreter.
     (venv / "bin" / "snakemake").write_text(f"#!{python}\nimport sys\nfrom snakemake.cli import main\n"
                                             "sys.exit(main())\n")

@@ -138,17 +138,15 @@ def test_status_without_a_config_file_is_one_line(tmp_path):
     assert proc.stderr.count("\n") == 1 and "nowhere.yaml" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_same_seeds_bit_identical_on_one_core(tmp_path, tiny_run):
+def test_same_seeds_bit_identical_on_one_core(beta_star_run, tiny_run):
     _, _, reference = tiny_run
-    config = write_config(tmp_path, **{f"experiments.{name}": None for name in (
-        "energy", "superadditivity", "clustering_time", "clustering_probability", "entropy",
-        "orthogonality", "toy_margin")})
-    run(tmp_path, config, cores=1)
-    for store in (tmp_path / "results" / "simulations").glob("*.zarr"):
+    # beta_star_run: the tiny config's beta_star alone, run on one core (the session's shared run).
+    workdir, config, results = beta_star_run
+    for store in (results / "simulations").glob("*.zarr"):
         a, b = xr.open_zarr(store).load(), xr.open_zarr(reference / "simulations" / store.name).load()
         for var in a.data_vars:
             np.testing.assert_array_equal(a[var].values, b[var].values, err_msg=var)
-    assert planned(tmp_path, config) == {}
+    assert planned(workdir, config) == {}
 
 
 def shared_cells_config(tmp: "os.PathLike") -> "os.PathLike":
@@ -183,7 +181,7 @@ def test_two_experiments_sharing_cells_write_each_store_once(tmp_path):
     cfg["results"] = str(alone / "results")
     del cfg["experiments"]["toy_margin"]
     (alone / "c.yaml").write_text(yaml.safe_dump(cfg))
-    run(alone, alone / "c.yaml")
+    run(alone, alone / "c.yaml", "--until", "simulate")  # its stores are what is compared
     for store in stores:
         a, b = xr.open_zarr(store).load(), xr.open_zarr(alone / "results" / "simulations" / store.name).load()
         for var in a.data_vars:

@@ -92,11 +92,9 @@ def test_the_version_is_one_int_reexported_by_the_engine():
 
 # --- stale stores and summaries in the workflow ------------------------------------------------------
 def _beta_star_only(tmp):
-    from sweep_helpers import write_config
+    from sweep_helpers import beta_star_config
 
-    others = ("energy", "superadditivity", "clustering_time", "clustering_probability", "entropy",
-              "orthogonality", "toy_margin")
-    return write_config(tmp, **{f"experiments.{name}": None for name in others})
+    return beta_star_config(tmp)
 
 
 def _set_record(store: Path, **values) -> None:
@@ -112,14 +110,8 @@ def _set_record(store: Path, **values) -> None:
     (store / RECORD).write_text(json.dumps(record))
 
 
-@pytest.fixture(scope="module")
-def beta_star_run(tmp_path_factory):
-    from sweep_helpers import run
-
-    tmp = tmp_path_factory.mktemp("stale")
-    config = _beta_star_only(tmp)
-    run(tmp, config)
-    return tmp, config, tmp / "results"
+# beta_star_run (tests/conftest.py): the config of _beta_star_only, run once per session; each test
+# below copies its results directory before changing anything.
 
 
 @pytest.mark.workflow
@@ -238,15 +230,12 @@ def test_a_new_batch_is_no_deleted_manifest(beta_star_run, tmp_path):
     """Adding a grid value makes batches that never ran: no ticket (they run anyway)."""
     import shutil
 
-    from sweep_helpers import write_config
+    from sweep_helpers import beta_star_config
 
     from attnflow.workflow import outdated_summaries
 
     shutil.copytree(beta_star_run[2], tmp_path / "results")
-    others = ("energy", "superadditivity", "clustering_time", "clustering_probability", "entropy",
-              "orthogonality", "toy_margin")
-    config = write_config(tmp_path, **{f"experiments.{name}": None for name in others},
-                          **{"experiments.beta_star.grid.n": [4, 6, 8]})
+    config = beta_star_config(tmp_path, **{"experiments.beta_star.grid.n": [4, 6, 8]})
     from attnflow.config import load, validate
 
     assert outdated_summaries(validate(load(config), reach_scheduler=False)) == {}

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from sweep_helpers import ROOT, assert_same_results, run, write_config
+from sweep_helpers import NOT_BETA_STAR, ROOT, assert_same_results, run, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -36,9 +36,17 @@ def slurm_conf(tmp_path_factory):
     subprocess.run(["bash", str(script), "stop", str(state)], capture_output=True)
 
 
-def test_slurm_run_equals_local_run(tmp_path, slurm_conf, tiny_run):
-    _, _, local = tiny_run
-    config = write_config(tmp_path)
+def _config(tmp):
+    """The tiny config's two experiments that share cells: beta_star, and toy_margin (the tests' own
+    experiment module, imported on the node) whose cells are beta_star's at n = 4."""
+    return write_config(tmp, **{f"experiments.{e}": None for e in NOT_BETA_STAR if e != "toy_margin"})
+
+
+def test_slurm_run_equals_local_run(tmp_path, slurm_conf):
+    (tmp_path / "local").mkdir()
+    run(tmp_path / "local", _config(tmp_path / "local"))
+    local = tmp_path / "local" / "results"
+    config = _config(tmp_path)
     proc = run(
         tmp_path, config,
         "--profile", str(ROOT / "profiles" / "slurm"),

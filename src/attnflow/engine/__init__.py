@@ -164,7 +164,7 @@ def _head_arrays(x0, score_matrices, diagonal, factors, values):
     else:
         u, eig = factors
         ut = np.swapaxes(u, -1, -2)
-    as_array = lambda a, empty: empty if a is None else np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
+    as_array = lambda a, empty: empty if a is None else _writable(a)  # noqa: E731
     values_t = None if values is None else np.swapaxes(values, -1, -2)
     return form, HeadArrays(int(form), as_array(diag, empty2), as_array(dense, empty3), as_array(u, empty3),
                             as_array(ut, empty3), as_array(eig, empty2), as_array(values_t, empty3),
@@ -183,8 +183,18 @@ def _outputs(groups, B, T, H, n, d) -> Outputs:
     return Outputs(**arrays)
 
 
+def _writable(a) -> np.ndarray:
+    """``a`` as a C-contiguous float64 array, writable (a copy where ``a`` is a read-only view).
+
+    numba compiles a separate specialization of the solver for a read-only array (a
+    broadcast or a diagonal view, say): one type of array for every call, one compilation.
+    """
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    return a if a.flags.writeable else a.copy()
+
+
 def _per_trajectory(beta, B: int) -> np.ndarray:
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(beta, dtype=np.float64), (B,)))
+    return _writable(np.broadcast_to(np.asarray(beta, dtype=np.float64), (B,)))
 
 
 def _want(groups) -> np.ndarray:
