@@ -262,12 +262,9 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     # Stage 0 is the field at y, with what the observables of sample 0 read.
     field(y, stages[0], hd, flow, beta, sampling.keep_scores, sampling.field, ws)
     calls += 1
-    # Sample 0: the velocity is the field just evaluated, when the groups need it.
-    if sampling.field:
-        drift = measure(y, stages[0], sampling, flow, beta, hd.shared, criterion.level, ws, sc, out, b,
-                        np.int64(0))
-    else:
-        drift = measure(y, y, sampling, flow, beta, hd.shared, criterion.level, ws, sc, out, b, np.int64(0))
+    xdot = stages[0] if sampling.field else y
+    drift = measure(y, xdot, sampling, flow, beta, hd.shared, criterion.level, ws, sc, out, b,
+                    np.int64(0))
     found = _holds(y, criterion, ws, sc)
     if found:
         t_cluster = t_first
