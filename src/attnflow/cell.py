@@ -12,7 +12,10 @@ equal, and share one store.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
+import operator
 from collections.abc import Sequence
 from numbers import Integral, Real
 
@@ -102,28 +105,22 @@ class Cell:
     max_steps: int = _doc(100_000, "step budget per trajectory (a stiff cell fails naming itself)")
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type == "bool" and not isinstance(value, bool):
-                _fail(f.name, value, "must be true or false")
-            if f.type == "int":
-                _check_int(f.name, value)
-            elif f.type == "float":
-                _check_real(f.name, value)
-            choices = f.metadata["choices"]
-            if f.type == "str" and choices is not None and value not in choices:
-                _fail(f.name, value, f"must be one of {', '.join(choices)}")
-        _normalise_numbers(self)
-        for name, minimum in (("H", 1), ("n", 2), ("d", 1), ("n_samples", 2), ("max_steps", 1), ("layer", 0),
-                              ("model_heads", 0)):
-            if getattr(self, name) < minimum:
-                _fail(name, getattr(self, name), f"must be >= {minimum}")
-        for name in ("beta", "lambda_bar", "concentration", "t_max", "atol"):
-            if getattr(self, name) <= 0:
-                _fail(name, getattr(self, name), "must be > 0")
-        object.__setattr__(self, "seeds", _normalise_seeds(self.seeds))
-        object.__setattr__(self, "observables", _normalise_groups(self.observables))
-        object.__setattr__(self, "head_subset", _normalise_subset(self.head_subset))
+        # A sweep builds every cell at each workflow start (10^5 cells and more), so this runs
+        # from precomputed tables (``_CHECKS``...) instead of dataclasses.fields(), reads and
+        # writes the instance __dict__ (a frozen dataclass without slots keeps its fields there;
+        # writing it is what object.__setattr__ does), and tests the exact builtin type before
+        # the slow ABC checks (numbers.Real, Integral).
+        values = self.__dict__
+        _check_fields(values)
+        for name, minimum in _MINIMUMS:
+            if values[name] < minimum:
+                _fail(name, values[name], f"must be >= {minimum}")
+        for name in _POSITIVE:
+            if values[name] <= 0:
+                _fail(name, values[name], "must be > 0")
+        values["seeds"] = _normalise_seeds(values["seeds"])
+        values["observables"] = _normalise_groups(values["observables"])
+        values["head_subset"] = _normalise_subset(values["head_subset"])
         self._canonicalise()
 
         if self.delta < 0:
@@ -154,11 +151,11 @@ class Cell:
         A cell with no random input (no declaration draws from the seed) keeps
         only its first seed: the others would be copies of it.
         """
-        used = set(self.used_fields())
-        for name in CONDITIONAL_FIELDS - used:
-            object.__setattr__(self, name, _DEFAULTS[name])
+        values = self.__dict__  # see __post_init__
+        for name in CONDITIONAL_FIELDS.difference(self.used_fields()):
+            values[name] = _DEFAULTS[name]
         if not self.is_random:
-            object.__setattr__(self, "seeds", self.seeds[:1])
+            values["seeds"] = values["seeds"][:1]
 
     @property
     def spherical(self) -> bool:
@@ -178,8 +175,9 @@ class Cell:
     @property
     def is_random(self) -> bool:
         """Whether any of the cell's choices draws from the seed's random streams."""
-        return any(declaration.seeded for declaration in
-                   (STRENGTHS.get(self.lambda_dist), HEADS.get(self.heads), INITS.get(self.init)))
+        strengths, structure, init = (STRENGTHS.get(self.lambda_dist), HEADS.get(self.heads),
+                                      INITS.get(self.init))
+        return strengths.seeded or structure.seeded or init.seeded
 
     def used_fields(self) -> tuple[str, ...]:
         """The conditional fields this cell's choices read (see ``CONDITIONAL_FIELDS``)."""
@@ -221,11 +219,27 @@ class Cell:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """Plain, JSON-serialisable fields (sequences as lists)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name in ("seeds", "observables", "head_subset"):
+        """Plain, JSON-serialisable fields (sequences as lists); a new dict at each call."""
+        # The instance __dict__ (see __post_init__) may also hold the cached canonical JSON.
+        out = dict(zip(_FIELD_NAMES, _FIELD_VALUES(self.__dict__), strict=True))
+        for name in _SEQUENCE_FIELDS:
             out[name] = list(out[name])
         return out
+
+    def canonical_json(self) -> str:
+        """Exactly ``json.dumps(self.to_dict(), sort_keys=True)``, computed once per cell: the text
+        its id (``attnflow.sweep.cell_id``) hashes, so it must never change for a given cell."""
+        return self._canonical_json
+
+    # A cell is immutable once built, so its JSON is too. cached_property stores it in the
+    # instance __dict__ (allowed on a frozen dataclass); it is no field, so equality, hashing,
+    # repr and replace() ignore it.
+    @functools.cached_property
+    def _canonical_json(self) -> str:
+        # The same text as json.dumps(self.to_dict(), sort_keys=True), built faster: the keys are
+        # put in sorted order here once instead of sorted per call, and the tuple fields are
+        # encoded as is (JSON writes a tuple as a list) instead of being copied to lists.
+        return json.dumps(dict(zip(_SORTED_NAMES, _SORTED_VALUES(self.__dict__), strict=True)))
 
     def input_digest(self) -> str:
         """A digest of the files the cell reads (its weights), '' if none: part of its store's name."""
@@ -239,6 +253,23 @@ class Cell:
 FIELD_DOCS = {f.name: f.metadata["doc"] for f in dataclasses.fields(Cell)}
 FIELD_CHOICES = {f.name: f.metadata["choices"] for f in dataclasses.fields(Cell) if f.metadata["choices"]}
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Cell)}
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Cell))
+_FIELD_VALUES = operator.itemgetter(*_FIELD_NAMES)
+_SEQUENCE_FIELDS = ("seeds", "observables", "head_subset")  # tuples on the cell, lists in to_dict()
+# What __post_init__ checks of each field, in declaration order: (name, bool | int | float, None)
+# for typed fields, (name, str, choices) for fields with a fixed set of values. Annotations are
+# strings here (``from __future__ import annotations``). Other fields (weights, the sequences)
+# are checked elsewhere or not at all.
+_CHECKS = tuple(
+    (f.name, {"bool": bool, "int": int, "float": float, "str": str}[f.type], f.metadata["choices"])
+    for f in dataclasses.fields(Cell)
+    if f.type in ("bool", "int", "float") or (f.type == "str" and f.metadata["choices"] is not None)
+)
+_MINIMUMS = (("H", 1), ("n", 2), ("d", 1), ("n_samples", 2), ("max_steps", 1), ("layer", 0),
+             ("model_heads", 0))
+_POSITIVE = ("beta", "lambda_bar", "concentration", "t_max", "atol")
+_SORTED_NAMES = tuple(sorted(_FIELD_NAMES))  # the key order of json.dumps(..., sort_keys=True)
+_SORTED_VALUES = operator.itemgetter(*_SORTED_NAMES)
 # Fields read only under some choices: the union of what the declarations say they read.
 CONDITIONAL_FIELDS = frozenset(
     {u for registry in (STRENGTHS, HEADS, INITS) for item in registry for u in item.uses}
@@ -246,12 +277,48 @@ CONDITIONAL_FIELDS = frozenset(
 )
 
 
+def _check_fields(values: dict) -> None:
+    """Check each field of ``_CHECKS`` in declaration order (so the first bad field is the one
+    named), then store accepted numbers of other types (numpy, Fraction; 10 for a float field) as
+    float or int, so equal values hash equally."""
+    cast = []
+    for name, kind, choices in _CHECKS:
+        value = values[name]
+        if kind is bool:
+            if not isinstance(value, bool):
+                _fail(name, value, "must be true or false")
+        elif kind is int:
+            if type(value) is not int:
+                _check_int(name, value)
+                cast.append((name, int))
+        elif kind is float:
+            if type(value) is not float or not math.isfinite(value):
+                _check_real(name, value)
+                cast.append((name, float))
+        elif value not in choices:
+            _fail(name, value, f"must be one of {', '.join(choices)}")
+    for name, kind in cast:
+        values[name] = kind(values[name])
+
+
 def _fail(field: str, value, why: str):
     raise ValueError(f"Cell.{field} = {value!r}: {why}")
 
 
+def _is_int(value) -> bool:
+    """An integer that is not a bool (exact int first: the Integral ABC check is slow)."""
+    return type(value) is int or (isinstance(value, Integral) and not isinstance(value, bool))
+
+
+def _is_list(value) -> bool:
+    """A sequence that is not a string (exact list or tuple first: the Sequence ABC check is slow)."""
+    if type(value) in (list, tuple):
+        return True
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
 def _check_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, Integral):
+    if not _is_int(value):
         _fail(name, value, "must be an integer")
 
 
@@ -261,15 +328,15 @@ def _check_real(name, value):
 
 
 def _normalise_seeds(seeds) -> tuple[int, ...]:
-    if isinstance(seeds, Integral) and not isinstance(seeds, bool):
+    if _is_int(seeds):
         if seeds < 1:
             _fail("seeds", seeds, "a seed count must be >= 1")
         return tuple(range(int(seeds)))
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
+    if not _is_list(seeds):
         _fail("seeds", seeds, "must be a count or a list of non-negative integers")
     out = []
     for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, Integral) or s < 0:
+        if not _is_int(s) or s < 0:
             _fail("seeds", seeds, f"entry {s!r} is not a non-negative integer")
         out.append(int(s))
     if not out:
@@ -280,31 +347,31 @@ def _normalise_seeds(seeds) -> tuple[int, ...]:
 
 
 def _normalise_groups(groups) -> tuple[str, ...]:
-    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+    if not _is_list(groups):
         _fail("observables", groups, f"must be a list of groups ({', '.join(GROUPS.names())})")
     try:
-        return canonical_groups(groups)
+        try:
+            return _canonical_groups(tuple(groups))
+        except TypeError:  # an unhashable entry: not cached (and refused below)
+            return canonical_groups(groups)
     except ValueError as err:
         _fail("observables", list(groups), str(err))
 
 
+# Nearly every cell of a sweep has one of a few observables lists: remember their canonical form.
+# (Only successes are cached; a refused list raises ValueError anew, with the same message.)
+_canonical_groups = functools.lru_cache(maxsize=256)(canonical_groups)
+
+
 def _normalise_subset(subset) -> tuple[int, ...]:
-    if isinstance(subset, (str, bytes)) or not isinstance(subset, Sequence):
+    if type(subset) is tuple and not subset:  # the default, which nearly every cell keeps
+        return subset
+    if not _is_list(subset):
         _fail("head_subset", subset, "must be a list of head indices")
     for h in subset:
-        if isinstance(h, bool) or not isinstance(h, Integral) or h < 0:
+        if not _is_int(h) or h < 0:
             _fail("head_subset", list(subset), f"entry {h!r} is not a non-negative integer")
     if len(set(subset)) != len(subset):
         _fail("head_subset", list(subset), "heads must be distinct")
     return tuple(int(h) for h in subset)
-
-
-def _normalise_numbers(cell: Cell) -> None:
-    """Store float fields as float and int fields as int, so equal values hash equally."""
-    for f in dataclasses.fields(cell):
-        value = getattr(cell, f.name)
-        if f.type == "float":
-            object.__setattr__(cell, f.name, float(value))
-        elif f.type == "int":
-            object.__setattr__(cell, f.name, int(value))
 
