@@ -1,4 +1,5 @@
-"""The package's modules form no import cycle, function-level imports included, and each imports alone."""
+"""The package's modules form no import cycle, function-level imports included, and each imports alone;
+job start-up loads no drawing library or scipy."""
 
 import ast
 import subprocess
@@ -82,3 +83,15 @@ def test_plotting_sits_below_the_experiments():
     assert not {m for m in _imports("attnflow.plotting") if m.startswith("attnflow.experiments")}
     assert "attnflow.figures" not in {m for name in MODULES if name.startswith("attnflow.experiments")
                                       for m in _imports(name)}
+
+
+def test_job_start_up_loads_no_drawing_or_scipy():
+    """Every Snakemake job (and the workflow's parse step) imports these and builds the experiment
+    registry: matplotlib, seaborn and scipy load only where they are used (plot methods, closed
+    forms, fits), not at start-up."""
+    code = ("import sys, attnflow.config, attnflow.experiments, attnflow.workflow, attnflow.sweep; "
+            "attnflow.experiments.registry(); "
+            "print(sorted(m for m in ('scipy', 'matplotlib', 'seaborn') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -3,13 +3,19 @@
 It sits below the experiments and imports none of them: drawing a whole
 figure from a summary (``render``), which looks the experiment up, is
 ``attnflow.figures``, above them.
+
+Importing it loads matplotlib (Agg backend) and seaborn and sets the figures'
+theme, so the experiments import it inside their ``plot`` methods, never at
+module top: every Snakemake job imports the experiment registry, and most
+jobs draw nothing. ``plt`` and ``sns`` are re-exported for them.
 """
 
 from __future__ import annotations
 
 import matplotlib
 
-matplotlib.use("Agg")
+matplotlib.use("Agg")  # before pyplot: jobs run without a display
+import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
@@ -41,4 +47,4 @@ def log_edges(values) -> np.ndarray:
     return np.exp(np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]]))
 
 
-__all__ = ["MAX_TICKS", "log_edges", "log_ticks"]
+__all__ = ["MAX_TICKS", "log_edges", "log_ticks", "plt", "sns"]

@@ -2,13 +2,15 @@
 
 Every function broadcasts its array arguments against each other, so a whole
 phase diagram is one call.
+
+scipy is imported inside the functions that use it (root finding, quadrature,
+the ODE reference): ``import attnflow`` loads this module, and every Snakemake
+job imports the package, most without calling any of them.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.integrate import quad, solve_ivp
-from scipy.optimize import brentq
 
 __all__ = [
     "c_star",
@@ -71,6 +73,8 @@ def phi(lam, beta, n):
 
 def _inflection_u(m: float) -> float:
     """Root ``u > 2`` of ``(u - 2) e^u = m (u + 2)``: where ``u / (e^u + m)`` changes convexity."""
+    from scipy.optimize import brentq
+
     if m <= 0.0:
         return 2.0
     # log form is monotone in u on (2, inf) and cannot overflow.
@@ -149,6 +153,8 @@ def equiangular_time(gamma0, gamma1, lambdas, beta, n, attention="softmax"):
     (relu from ``gamma0 = 0``). Broadcasts over ``gamma0``, ``gamma1``,
     ``beta``, ``n`` and the leading axes of ``lambdas``.
     """
+    from scipy.integrate import quad
+
     lambdas = np.asarray(lambdas, dtype=float)
     g0, g1, beta_b, n_b = np.broadcast_arrays(
         *(np.asarray(a, dtype=float) for a in (gamma0, gamma1, beta, n)))
@@ -188,6 +194,8 @@ def crossover_beta(gamma0, gamma1, lambdas, n, bracket=(1e-3, 1e2)):
     Found by Brent's method in ``log beta`` inside ``bracket``; NaN where the ratio does not
     cross 1 there. Scalar ``gamma0``, ``gamma1``, ``n``; ``lambdas`` one head vector.
     """
+    from scipy.optimize import brentq
+
     def gap(log_beta):
         return float(np.log(time_ratio(gamma0, gamma1, lambdas, np.exp(log_beta), n)))
 
@@ -203,6 +211,8 @@ def solve_equiangular(gamma0, lambdas, beta, n, t, *, attention="softmax", rtol=
     Uses scipy's DOP853 at tight tolerance, so it serves as the reference for
     the particle simulation.
     """
+    from scipy.integrate import solve_ivp
+
     t = np.asarray(t, dtype=float)
     lambdas = np.asarray(lambdas, dtype=float)
     sol = solve_ivp(

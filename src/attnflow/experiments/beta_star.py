@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 
 from .. import theory
-from ..plotting import log_edges, log_ticks
 from . import Axis, Experiment
 from ._common import all_heads_monotone, before_cluster, t_interval
 
@@ -175,6 +171,12 @@ class BetaStar(Experiment):
         return table(summary, ["attention", "H", "heads", "n"], columns)
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+
+        from ..plotting import log_edges, log_ticks, plt
+
         ds = self.with_axes(summary, spec)
         columns = [(a, H) for a in ds.attention.values for H in ds.H.values]
         rows = [(heads, q) for heads in ds.heads.values for q in ("mono", "rd")]

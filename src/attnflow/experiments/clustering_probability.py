@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 import xarray as xr
-from matplotlib.lines import Line2D
 
 from .. import theory
-from ..plotting import log_edges, log_ticks
 from ..tokens import typical_cosine
 from . import Axis, Experiment
 from ._common import wilson_interval
@@ -111,6 +107,11 @@ class ClusteringProbability(Experiment):
         return table(summary, ["H", "beta"], columns)
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from matplotlib.lines import Line2D
+
+        from ..plotting import log_edges, log_ticks, plt, sns
+
         ds = self.with_axes(summary, spec)
         Hs = ds.H.values
         fig, axes = plt.subplots(2, len(Hs), figsize=(5.2 * len(Hs), 7.4), squeeze=False)

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 import xarray as xr
-from matplotlib.lines import Line2D
 
 from .. import theory
-from ..plotting import log_ticks
 from ..tokens import typical_cosine
 from . import Axis, Experiment
 
@@ -229,6 +225,11 @@ class ClusteringTime(Experiment):
         return df
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from matplotlib.lines import Line2D
+
+        from ..plotting import log_ticks, plt, sns
+
         ds = self.with_axes(summary, spec)
         fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
         n, d = ds.n.values.astype(float), ds.d.values.astype(float)

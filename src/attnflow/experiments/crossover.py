@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
-from matplotlib.colors import TwoSlopeNorm
-from matplotlib.lines import Line2D
 
 from .. import theory
 from ..tokens import typical_cosine
@@ -119,6 +116,12 @@ class Crossover(Experiment):
         return out
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from matplotlib.colors import TwoSlopeNorm
+        from matplotlib.lines import Line2D
+
+        from ..plotting import plt
+
         ds = self.with_axes(summary, spec)
         inits = [i for i in ("equiangular_typical", "uniform") if i in ds.init.values]
         fig, axes = plt.subplots(1, 2, figsize=(13, 5.6), squeeze=False, layout="constrained")

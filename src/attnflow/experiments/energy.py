@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-import seaborn as sns
 import xarray as xr
 
 from . import Axis, Experiment
@@ -48,6 +46,9 @@ class EnergyExperiment(Experiment):
         })
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from ..plotting import plt, sns
+
         ds = self.with_axes(summary, spec)
         combos = [(h, g) for h in ds.heads.values for g in ds.geometry.values]
         fig, axes = plt.subplots(2, len(combos), figsize=(3.3 * len(combos), 5.6), squeeze=False,

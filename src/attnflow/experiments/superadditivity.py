@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
-from matplotlib.colors import LogNorm
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 
 from .. import theory
-from ..plotting import log_edges, log_ticks
 from . import Axis, Experiment
 
 
@@ -125,6 +120,13 @@ class Superadditivity(Experiment):
         return table(summary, lines, columns)
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from matplotlib.colors import LogNorm
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+
+        from ..plotting import log_edges, log_ticks, plt
+
         ds = self.with_axes(summary, spec)
         inits, spreads = list(ds.init.values), list(ds.spread.values)
         fig, axes = plt.subplots(len(inits), len(spreads), squeeze=False, sharex=True, sharey=True,

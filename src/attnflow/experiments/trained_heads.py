@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
-from matplotlib.lines import Line2D
 
-from ..plotting import log_edges, log_ticks
 from . import Axis, Experiment
 from ._common import all_heads_monotone, before_cluster
 from .beta_star import grid_threshold
@@ -140,6 +137,11 @@ class TrainedHeads(Experiment):
         return table(summary, ["layer", "heads"], columns)
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from matplotlib.lines import Line2D
+
+        from ..plotting import log_edges, log_ticks, plt
+
         ds = self.with_axes(summary, spec)
         layers = [int(v) for v in ds.layer.values]
         fig, axes = plt.subplots(2, 3, figsize=(15, 9))

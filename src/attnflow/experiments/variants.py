@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 import xarray as xr
 
 from ..attention import ATTENTIONS, MASKS
@@ -76,6 +74,9 @@ class Variants(Experiment):
         })
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from ..plotting import plt, sns
+
         ds = self.with_axes(summary, spec)
         structures = [str(h) for h in ds.heads.values]
         panels = [
