@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from attnflow.layout import RULES, STORE_SUFFIX, Layout
+from attnflow.store import record_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +63,7 @@ def main(argv=None):
                 row = next(csv.DictReader(fh, delimiter="\t"))
             job_time.setdefault(rule, []).append(float(row["s"]))
     total_jobs = sum(sum(v) for v in job_time.values())
-    n_cells = len(list(layout.stores.glob(f"*{STORE_SUFFIX}")))
+    n_cells = sum(len(record_of(p).get("cells") or ()) for p in layout.stores.glob(f"*{STORE_SUFFIX}"))
 
     print(f"config: {args.configfile}  cores: {args.cores}  cells: {n_cells}")
     print(f"wall time, from scratch:            {wall:8.1f} s")

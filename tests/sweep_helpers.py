@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import xarray as xr
 import yaml
 
-from attnflow.store import verify
+from attnflow.store import open_verified, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "config_tiny.yaml"
@@ -80,15 +79,58 @@ def snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:
 
 
 def assert_same_results(a: Path, b: Path):
-    """Every simulation store and summary in results dirs ``a`` and ``b`` holds identical numbers."""
-    for sub in ("simulations", "summaries"):
-        stores_a = sorted(p.name for p in (a / sub).glob("*.zarr"))
-        stores_b = sorted(p.name for p in (b / sub).glob("*.zarr"))
-        assert stores_a == stores_b and stores_a, sub
-        for name in stores_a:
-            assert verify(a / sub / name).ok and verify(b / sub / name).ok, name
-            da = xr.open_zarr(a / sub / name).load()
-            db = xr.open_zarr(b / sub / name).load()
-            assert set(da.data_vars) == set(db.data_vars)
-            for var in da.data_vars:
-                np.testing.assert_array_equal(da[var].values, db[var].values, err_msg=f"{name}:{var}")
+    """Every simulated cell and every summary in results dirs ``a`` and ``b`` holds identical numbers."""
+    cells_a, cells_b = stored(a), stored(b)
+    assert set(cells_a) == set(cells_b) and cells_a
+    for cid in cells_a:
+        assert set(cells_a[cid].data_vars) == set(cells_b[cid].data_vars), cid
+    assert_same_cells(cells_a, cells_b)
+    summaries = sorted(p.name for p in (a / "summaries").glob("*.zarr.zip"))
+    assert summaries == sorted(p.name for p in (b / "summaries").glob("*.zarr.zip")) and summaries
+    for name in summaries:
+        assert verify(a / "summaries" / name).ok and verify(b / "summaries" / name).ok, name
+        da = open_verified(a / "summaries" / name).load()
+        db = open_verified(b / "summaries" / name).load()
+        assert set(da.data_vars) == set(db.data_vars)
+        for var in da.data_vars:
+            np.testing.assert_array_equal(da[var].values, db[var].values, err_msg=f"{name}:{var}")
+
+
+def stored(results: Path) -> dict:
+    """Every cell stored under a results directory (cell id -> dataset, loaded), from its batches' stores."""
+    from attnflow.sweep import stored_cells
+
+    cells = {}
+    for path in sorted((Path(results) / "simulations").glob("*.zarr.zip")):
+        cells.update(stored_cells(path))
+    return cells
+
+
+def assert_same_cells(a: dict, b: dict, ids=None):
+    """The cells ``ids`` (default: every cell of ``a``) hold bit-identical variables in ``a`` and ``b``."""
+    import numpy as np
+
+    for cid in ids if ids is not None else a:
+        for var in a[cid].data_vars:
+            np.testing.assert_array_equal(a[cid][var].values, b[cid][var].values, err_msg=f"{cid} {var}")
+
+
+def place_batch(sweep, batch: str, cells: dict, failed: dict | None = None):
+    """A finished batch as its simulate job leaves it: a store of ``cells`` (id -> dataset) and a
+    manifest recording them and the ``failed`` cells (id -> error)."""
+    import json
+
+    from attnflow.pack import group_cells, placement
+    from attnflow.store import write
+    from attnflow.sweep import store_versions
+    from attnflow.workflow import MANIFEST_FORMAT
+
+    path = sweep.layout.store(batch)
+    groups = group_cells(cells)
+    placed = placement(groups)
+    write(groups, path, versions=store_versions(), replace=True, meta={"batch": batch, "cells": placed})
+    manifest = sweep.layout.manifest(batch)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"format": MANIFEST_FORMAT, "batch": batch, "store": path.name,
+                                    "size": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns,
+                                    "cells": placed, "failed": failed or {}}))

@@ -1,15 +1,17 @@
 """One-line access on a finished tiny run: summaries and stores by experiment name and grid values."""
 
+import struct
+import zipfile
+
 import numpy as np
 import pytest
-import xarray as xr
 from sweep_helpers import write_config
 
 import attnflow
 from attnflow.access import NotBuiltError, NotOnGrid
 from attnflow.errors import ConfigError
-from attnflow.store import RECORD, CorruptStore
-from attnflow.sweep import store_path
+from attnflow.store import RECORD, CorruptStore, open_verified
+from attnflow.sweep import cell_id, stored_cells
 
 pytestmark = pytest.mark.workflow
 
@@ -17,7 +19,7 @@ pytestmark = pytest.mark.workflow
 def test_open_summary_is_the_verified_summary_with_closed_forms(tiny_run):
     _, config, results = tiny_run
     summary = attnflow.open_summary("beta_star", configfile=config)
-    on_disk = xr.open_zarr(results / "summaries" / "beta_star.zarr").load()
+    on_disk = open_verified(results / "summaries" / "beta_star.zarr.zip").load()
     assert set(summary.data_vars) == set(on_disk.data_vars)
     for var in ("beta_star_closed", "frac_mono_path", "beta_mono_mean"):
         np.testing.assert_array_equal(summary[var].values, on_disk[var].values)
@@ -34,7 +36,8 @@ def test_open_summary_errors_name_the_problem(tiny_run, tmp_path):
     with pytest.raises(ConfigError, match="trained_heads: not in"):
         attnflow.open_summary("trained_heads", configfile=config)
     fresh = write_config(tmp_path)  # the same grids, results elsewhere: nothing built
-    with pytest.raises(NotBuiltError, match=r"no summary at .*energy\.zarr yet; build it with `snakemake"):
+    with pytest.raises(NotBuiltError,
+                       match=r"no summary at .*energy\.zarr\.zip yet; build it with `snakemake"):
         attnflow.open_summary("energy", configfile=fresh)
 
 
@@ -44,9 +47,17 @@ def test_open_summary_verifies_the_store(tiny_run, tmp_path):
     _, config, results = tiny_run
     copy = tmp_path / "results"
     shutil.copytree(results / "summaries", copy / "summaries")
-    damaged = next(p for p in sorted((copy / "summaries" / "energy.zarr").rglob("*"))
-                   if p.is_file() and p.name != RECORD and not p.name.startswith("."))
-    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\0")
+    store = copy / "summaries" / "energy.zarr.zip"
+    with zipfile.ZipFile(store) as zf:  # a data chunk, not metadata nor the record
+        info = next(i for i in zf.infolist() if i.filename != RECORD and "/" in i.filename
+                    and not i.filename.split("/")[-1].startswith("."))
+    with open(store, "r+b") as fh:  # its last byte flipped in place, inside the zip
+        fh.seek(info.header_offset)
+        name_len, extra_len = struct.unpack("<HH", fh.read(30)[26:30])
+        fh.seek(info.header_offset + 30 + name_len + extra_len + info.file_size - 1)
+        last = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([last[0] ^ 0xFF]))
     with pytest.raises(CorruptStore, match="energy.zarr"):
         attnflow.open_summary("energy", configfile=config, results=copy)
 
@@ -61,7 +72,7 @@ def test_open_cells_combines_the_stores_along_the_grid_axes(tiny_run):
     for point in sweep.points["superadditivity"]:
         if point.coords["lambda_dist"] != "linear":
             continue
-        one = xr.open_zarr(store_path(sweep.stores, point.cell)).load()
+        one = stored_cells(sweep.store_of(point.cell))[cell_id(point.cell)]
         got = ds.sel(point.coords)
         np.testing.assert_array_equal(got.t_cluster.values, one.t_cluster.values)
         np.testing.assert_array_equal(got.gamma_min.values, one.gamma_min.values)

@@ -7,6 +7,7 @@ import yaml
 
 from attnflow.aggregate import aggregate, summarise
 from attnflow.config import validate
+from attnflow.store import open_verified
 
 pytestmark = pytest.mark.workflow
 
@@ -26,25 +27,27 @@ def test_schedulers_agree(tmp_path, tiny_run):
     sweep = _sweep(config_path)
     exp, spec = sweep.experiments.get("beta_star"), sweep.specs["beta_star"]
     entries = sweep.entries("beta_star")
-    reference = xr.open_zarr(results / "summaries" / "beta_star.zarr").load()
-    local = aggregate(exp, spec, entries, tmp_path / "local.zarr", scheduler="distributed")
+    reference = open_verified(results / "summaries" / "beta_star.zarr.zip").load()
+    local = aggregate(exp, spec, entries, tmp_path / "local.zarr.zip", scheduler="distributed")
     _same(local, reference)
     from dask.distributed import LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster:
-        remote = aggregate(exp, spec, entries, tmp_path / "remote.zarr", scheduler=cluster.scheduler_address)
+        remote = aggregate(exp, spec, entries, tmp_path / "remote.zarr.zip",
+                           scheduler=cluster.scheduler_address)
     _same(remote, reference)
-    _same(xr.open_zarr(tmp_path / "remote.zarr").load(), reference)
+    _same(open_verified(tmp_path / "remote.zarr.zip").load(), reference)
 
 
 def test_missing_cells_are_nan_and_listed(tmp_path, tiny_run):
     _, config_path, results = tiny_run
     sweep = _sweep(config_path)
     entries = sweep.entries("beta_star")
-    entries[0] = (entries[0][0], str(tmp_path / "nowhere.zarr"))
+    coords, _, cid = entries[0]
+    entries[0] = (coords, str(tmp_path / "nowhere.zarr.zip"), cid)
     out = summarise(sweep.experiments.get("beta_star"), sweep.specs["beta_star"], entries)
-    assert out.attrs["missing_cells"] == [str(tmp_path / "nowhere.zarr")]
+    assert out.attrs["missing_cells"] == [f"{tmp_path / 'nowhere.zarr.zip'}:{cid}"]
     missing = {k: v for k, v in entries[0][0].items()}
     assert np.isnan(out.time_rd.sel(missing).values).all()
     assert out.sizes["beta"] == len(sweep.specs["beta_star"].grid["beta"])

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import zipfile
 
-import numpy as np
 import pytest
-import xarray as xr
-from sweep_helpers import beta_star_config, planned, run, snapshot
+from sweep_helpers import assert_same_cells, beta_star_config, planned, run, snapshot, stored
 
 from attnflow.cli import main as attnflow_main
-from attnflow.store import verify
+from attnflow.store import record_of, verify
 
 pytestmark = pytest.mark.workflow
 
@@ -31,40 +31,49 @@ def reference(beta_star_run):
     return beta_star_run[2]
 
 
-def _rot(store):
-    """Flip one byte of a chunk, keeping its size and modification time."""
-    chunk = next(p for p in (store / "energy").iterdir() if not p.name.startswith("."))
-    st = chunk.stat()
-    data = bytearray(chunk.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    chunk.write_bytes(bytes(data))
-    os.utime(chunk, ns=(st.st_atime_ns, st.st_mtime_ns))
+def _rot(store) -> list[str]:
+    """Flip one byte of a chunk, keeping the store's size and modification time; the cells of the
+    chunk's group (which the next run recomputes)."""
+    record = record_of(store)
+    chunk = next(m for m in sorted(record["members"])
+                 if "/energy/" in m and not m.endswith((".zarray", ".zattrs")))
+    with zipfile.ZipFile(store) as zf:
+        info = zf.getinfo(chunk)
+    data = bytearray(store.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    start = info.header_offset + 30 + name_len + extra_len
+    st = store.stat()
+    data[start + info.file_size // 2] ^= 0x01
+    store.write_bytes(bytes(data))
+    os.utime(store, ns=(st.st_atime_ns, st.st_mtime_ns))
+    group = chunk.split("/")[0]
+    return sorted(cid for cid, g in record["cells"].items() if g == group)
 
 
 def test_bit_rot_reported_by_status_is_recomputed_by_the_next_run(reference, tmp_path, capsys):
     shutil.copytree(reference, tmp_path / "results")
     config = _config(tmp_path)
     results = tmp_path / "results"
-    manifest = sorted((results / "manifests").glob("*.json"))[0]
-    name = next(iter(json.loads(manifest.read_text())["stores"].values()))
-    store = results / "simulations" / name
-    _rot(store)
+    manifest = json.loads(sorted((results / "manifests").glob("*.json"))[0].read_text())
+    store = results / "simulations" / manifest["store"]
+    rotten = _rot(store)
     # The start-up check (sizes, times) cannot see it: nothing to do, until status has looked.
     assert verify(store, checksums=False).ok and verify(store).status == "corrupt"
     assert planned(tmp_path, config) == {}
-    assert attnflow_main(["status", "--configfile", str(config)]) == 0
+    assert attnflow_main(["status", "--deep", "--configfile", str(config)]) == 0
     out = capsys.readouterr().out
-    assert f"corrupt beta_star/{name.removesuffix('.zarr')}:" in out and "does not match its checksum" in out
-    # Status said "the next snakemake recomputes it": it does, that store alone.
+    for cid in rotten:
+        assert f"corrupt beta_star/{cid}:" in out and "does not match its checksum" in out
+    # Status said "the next snakemake recomputes it": it does, that store alone, those cells alone.
     assert planned(tmp_path, config) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
     before = snapshot(results / "simulations")
     run(tmp_path, config)
     after = snapshot(results / "simulations")
-    changed = {k.split("/")[0] for k in set(before) | set(after) if before.get(k) != after.get(k)}
-    assert changed == {name}
+    assert {k for k in set(before) | set(after) if before.get(k) != after.get(k)} == {store.name}
+    log = (results / "logs" / "simulate" / f"{manifest['batch']}.log").read_text()
+    assert log.count("computed in") == len(rotten) and all(f"{cid}: complete" not in log for cid in rotten)
     assert verify(store).ok
-    np.testing.assert_array_equal(xr.open_zarr(store).energy.values,
-                                  xr.open_zarr(reference / "simulations" / name).energy.values)
+    assert_same_cells(stored(results), stored(reference))
     assert planned(tmp_path, config) == {}
 
 
@@ -74,21 +83,20 @@ def test_status_writes_no_ticket_while_a_controller_runs(reference, tmp_path, ca
     shutil.copytree(reference, tmp_path / "results")
     config = _config(tmp_path)
     results = tmp_path / "results"
-    manifest = sorted((results / "manifests").glob("*.json"))[0]
-    name = next(iter(json.loads(manifest.read_text())["stores"].values()))
-    _rot(results / "simulations" / name)
+    manifest = json.loads(sorted((results / "manifests").glob("*.json"))[0].read_text())
+    rotten = _rot(results / "simulations" / manifest["store"])
     hold = ("import sys, time; from attnflow.workflow import lock_results; lock_results(sys.argv[1]); "
             "print('held', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", hold, str(results)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        assert attnflow_main(["status", "--configfile", str(config)]) == 0
+        assert attnflow_main(["status", "--deep", "--configfile", str(config)]) == 0
         captured = capsys.readouterr()
-        assert f"corrupt beta_star/{name.removesuffix('.zarr')}:" in captured.out
+        assert all(f"corrupt beta_star/{cid}:" in captured.out for cid in rotten)
         assert f"a controller (pid {holder.pid}" in captured.err and "no repair ticket" in captured.err
         assert not (results / "repairs").exists()
     finally:
         holder.kill()
         holder.wait()
-    assert attnflow_main(["status", "--configfile", str(config)]) == 0
+    assert attnflow_main(["status", "--deep", "--configfile", str(config)]) == 0
     assert planned(tmp_path, config) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}

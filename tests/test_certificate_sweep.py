@@ -7,10 +7,10 @@ import sys
 
 import numpy as np
 import pytest
-import xarray as xr
-from sweep_helpers import ENV, run, write_config
+from sweep_helpers import ENV, run, stored, write_config
 
 from attnflow.figures import certificate_line
+from attnflow.store import open_verified
 
 pytestmark = pytest.mark.workflow
 
@@ -32,10 +32,9 @@ def test_summary_carries_the_worst_certificate_and_status_flags(tmp_path):
     config = write_config(tmp_path, **{"experiments": BLOCK, "defaults": None, "experiment_modules": None})
     run(tmp_path, config)
     results = tmp_path / "results"
-    stores = sorted((results / "simulations").glob("*.zarr"))
-    certificates = [xr.open_zarr(p).attrs["certificate_error"] for p in stores]
+    certificates = [ds.attrs["certificate_error"] for ds in stored(results).values()]
     assert len(certificates) == 8 and all(np.isfinite(certificates))
-    summary = xr.open_zarr(results / "summaries" / "crossover.zarr")
+    summary = open_verified(results / "summaries" / "crossover.zarr.zip")
     assert summary.attrs["certificate_error"] == max(certificates)
     assert summary.attrs["certificate_uncertified"] == 0
     assert f"{max(certificates):.1e}" in certificate_line(summary)

@@ -75,6 +75,8 @@ RUN = {
         "attnflow plan --configfile config/paper.yaml --profile profiles/slurm",
     "attnflow plan": "attnflow plan --configfile tiny.yaml",
     "attnflow status [--cores N]": "attnflow status --configfile tiny.yaml --cores 2",
+    "attnflow status --deep": "snakemake --configfile tiny.yaml --cores 2 && "
+                              "attnflow status --deep --configfile tiny.yaml",
     # Export needs a finished run: the tiny sweep (a no-op when already run), then the table.
     "attnflow export beta_star --configfile config/config.yaml --csv beta_star.csv":
         "snakemake --configfile tiny.yaml --cores 2 && attnflow export beta_star --configfile tiny.yaml "
@@ -102,6 +104,8 @@ NOT_RUN = {
         "downloads the MiniLM weights package from the index; tests/test_trained.py covers the weights",
     "python benchmarks/bench_engine.py": "a benchmark: minutes of timing runs on an idle machine",
     "python benchmarks/bench_workflow.py": "a benchmark: the full default and paper sweeps from scratch",
+    "python benchmarks/bench_scale.py --cells 10000 100000 --cores 2":
+        "a benchmark: sweeps of 10,000 and 100,000 cells from scratch (12 minutes on 2 cores)",
     "python benchmarks/bench_peers.py": "a benchmark against jax/diffrax and torch/torchode (not installed)",
     "python benchmarks/bench_peers.py --no-scipy": "the same benchmark without scipy's one-by-one route",
     "pip install -e '.[bench]'": "installs jax and torch (gigabytes) for the benchmarks",

@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-import xarray as xr
 from sweep_helpers import ROOT, planned, run, write_config
 
 from attnflow.config import ConfigError, load, validate
 from attnflow.experiments import Experiment, builtin_modules, registry
 from attnflow.observables import GROUPS
+from attnflow.store import open_verified
 
 pytestmark = pytest.mark.workflow
 
@@ -51,7 +51,7 @@ def test_an_experiment_from_a_tests_only_module_runs_end_to_end(tmp_path):
     })
     run(tmp_path, config)
     results = tmp_path / "results"
-    summary = xr.open_zarr(results / "summaries" / "toy_margin.zarr").load()
+    summary = open_verified(results / "summaries" / "toy_margin.zarr.zip").load()
     # Sufficient margin at orthogonal tokens holds exactly below beta*(2, 8) = 0.5 ln(0.382 * 7 / 0.618).
     beta_star = float(summary.beta_star.squeeze())
     c2 = (3 - np.sqrt(5)) / 2  # c*(2)^2 = 1 / golden ratio squared

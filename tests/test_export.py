@@ -11,12 +11,13 @@ from attnflow import theory
 from attnflow.cli import main as attnflow_main
 from attnflow.experiments import NoExport, registry
 from attnflow.export import crossings, first_crossing, slope_interval
+from attnflow.store import open_verified
 
 pytestmark = pytest.mark.workflow
 
 
 def _summary(results, name):
-    return xr.open_zarr(results / "summaries" / f"{name}.zarr").load()
+    return open_verified(results / "summaries" / f"{name}.zarr.zip").load()
 
 
 def _export(tmp_path, config, name) -> tuple[pd.DataFrame, dict]:

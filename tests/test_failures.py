@@ -7,13 +7,14 @@ import json
 
 import numpy as np
 import pytest
-import xarray as xr
 from sweep_helpers import planned, run, write_config
 
 from attnflow import Cell
 from attnflow.cli import main as attnflow_main
 from attnflow.config import load, validate
-from attnflow.sweep import cell_id, failure_path, run_batch, store_path
+from attnflow.layout import Layout
+from attnflow.store import open_verified
+from attnflow.sweep import cell_id, run_batch, stored_cells
 from attnflow.workflow import figure_caption
 
 # usa attention blows up in finite time at beta = 16: any step budget runs out there, while
@@ -30,11 +31,10 @@ OTHERS = ("energy", "superadditivity", "clustering_time", "clustering_probabilit
 def test_a_failed_cell_is_recorded_and_the_batch_goes_on(tmp_path):
     bad = Cell(H=2, n=4, d=4, beta=16.0, attention="usa", heads="block", seeds=1, t_max=4.0, max_steps=500)
     good = Cell(H=2, n=4, d=4, beta=0.5, attention="usa", heads="block", seeds=1, t_max=1.0, max_steps=500)
-    result = run_batch([bad, good], tmp_path, log=lambda *_: None)
+    result = run_batch([bad, good], "b", Layout(tmp_path), log=lambda *_: None)
     assert list(result.failed) == [cell_id(bad)] and "step budget of 500" in result.failed[cell_id(bad)]
     assert result.failed[cell_id(bad)].startswith("cell(H=2, n=4, d=4, beta=16.0, attention='usa'")
-    assert store_path(tmp_path, good).exists() and not store_path(tmp_path, bad).exists()
-    assert json.loads(failure_path(tmp_path, bad).read_text())["error"] == result.failed[cell_id(bad)]
+    assert set(result.cells) == {cell_id(good)} == set(stored_cells(Layout(tmp_path).store("b")))
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_the_figure_is_drawn_without_the_failed_cells(failing_run):
     _, config, results, proc = failing_run
     assert (results / "figures" / "beta_star.png").stat().st_size > 1000
     assert (results / "figures" / "beta_star.pdf").exists()
-    summary = xr.open_zarr(results / "summaries" / "beta_star.zarr").load()
+    summary = open_verified(results / "summaries" / "beta_star.zarr.zip").load()
     assert summary.attrs["n_failed_cells"] == 2
     failed = json.loads(summary.attrs["failed_cells"])
     assert sorted(f["coords"]["n"] for f in failed) == [4, 6]
@@ -63,7 +63,7 @@ def test_the_figure_is_drawn_without_the_failed_cells(failing_run):
     manifests = [json.loads(p.read_text()) for p in (results / "manifests").glob("*.json")]
     assert sum(len(m["failed"]) for m in manifests) == 2
     assert all("step budget" in e for m in manifests for e in m["failed"].values())
-    assert all(not set(m["failed"]) & set(m["stores"]) for m in manifests)
+    assert all(not set(m["failed"]) & set(m["cells"]) for m in manifests)
     # The caption (report) lists them.
     sweep = validate(load(config), reach_scheduler=False)
     caption = figure_caption(sweep, "beta_star")
@@ -89,7 +89,7 @@ def test_status_names_each_failed_cell_with_its_error(failing_run, capsys):
 @pytest.mark.workflow
 def test_a_rerun_retries_failed_cells_once(failing_run):
     tmp, config, results, _ = failing_run
-    stores = {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr")}
+    stores = {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr.zip")}
     # Each batch holding a failed cell runs again (once), then the summary and figure.
     assert planned(tmp, config) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
     proc = run(tmp, config)
@@ -97,7 +97,8 @@ def test_a_rerun_retries_failed_cells_once(failing_run):
     logs = [p.read_text() for p in (results / "logs" / "simulate").glob("*.log")]
     # Every batch ran once: its finished cells skipped, its failed cell tried once more.
     assert all(log.count("FAILED: ") == 1 and log.count("complete, skipped") == 2 for log in logs)
-    assert {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr")} == stores
+    # The stores hold what they held: not written again.
+    assert {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr.zip")} == stores
     assert (results / "figures" / "beta_star.png").exists()
 
 
@@ -116,10 +117,10 @@ def test_an_arithmetic_error_in_the_compiled_code_fails_the_cell_named(tmp_path,
     monkeypatch.setattr(simulation, "simulate", crash)
     bad = Cell(H=2, n=4, d=4, beta=16.0, attention="usa", heads="block", seeds=1, t_max=0.5)
     good = Cell(H=2, n=4, d=4, beta=0.5, attention="usa", heads="block", seeds=1, t_max=0.5)
-    result = run_batch([bad, good], tmp_path, log=lambda *_: None)
+    result = run_batch([bad, good], "b", Layout(tmp_path), log=lambda *_: None)
     assert result.failed[cell_id(bad)].startswith("cell(H=2, n=4, d=4, beta=16.0, attention='usa'")
     assert "SystemError in the simulation" in result.failed[cell_id(bad)]
-    assert store_path(tmp_path, good).exists()
+    assert set(stored_cells(Layout(tmp_path).store("b"))) == {cell_id(good)}
 
 
 def test_a_dense_axis_keeps_a_readable_number_of_tick_labels():

@@ -10,13 +10,13 @@ import time
 
 import numpy as np
 import pytest
-import xarray as xr
 import yaml
-from sweep_helpers import ENV, planned, run, snakemake_cmd, write_config
+from sweep_helpers import ENV, assert_same_cells, planned, run, snakemake_cmd, stored, write_config
 
 from attnflow import Cell, SimulationError, simulate
-from attnflow.store import verify
-from attnflow.sweep import failure_path, run_batch, store_path
+from attnflow.layout import Layout
+from attnflow.store import record_of, verify
+from attnflow.sweep import cell_id, run_batch
 
 simulate_module = importlib.import_module("attnflow.simulation")
 
@@ -50,12 +50,11 @@ def test_bad_numbers_fail_naming_the_cell_and_write_no_store(tmp_path, monkeypat
     cell = Cell(H=2, n=5, d=4, beta=0.7, seeds=2, t_max=1.0, n_samples=5)
     with pytest.raises(SimulationError, match=rf"cell\(H=2, n=5, d=4, beta=0.7.*{message}"):
         simulate(cell)
-    # The batch records the failure and goes on (issue 16): no raise.
-    assert list(run_batch([cell], tmp_path, log=lambda *_: None).failed) == [json.loads(
-        failure_path(tmp_path, cell).read_text())["cell_id"]]
-    assert not store_path(tmp_path, cell).exists()
-    record = json.loads(failure_path(tmp_path, cell).read_text())
-    assert "beta=0.7" in record["error"] and record["cell"]["beta"] == 0.7
+    # The batch returns the failure (its manifest records it) and goes on (issue 16): no raise.
+    layout = Layout(tmp_path)
+    result = run_batch([cell], "b", layout, log=lambda *_: None)
+    assert list(result.failed) == [cell_id(cell)] and "beta=0.7" in result.failed[cell_id(cell)]
+    assert not layout.store("b").exists() and not result.cells
 
 
 def test_killed_job_leaves_no_complete_store_and_resumes(tmp_path, tiny_run):
@@ -68,26 +67,26 @@ def test_killed_job_leaves_no_complete_store_and_resumes(tmp_path, tiny_run):
                             start_new_session=True)
     sims = tmp_path / "results" / "simulations"
     deadline = time.monotonic() + 120
-    while not list(sims.glob("*.partial-*")) and time.monotonic() < deadline:
+    while not list(sims.rglob("*.partial-*")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(0.5)  # let the partial store's metadata land: the job is now mid-write
+    time.sleep(0.5)  # the job is now mid-write
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    partial = list(sims.glob("*.partial-*"))
+    partial = list(sims.rglob("*.partial-*"))
     assert len(partial) == 1, "the job should have been killed while writing one store"
-    assert not list(sims.glob("*.zarr")), "no store may look complete after the kill"
-    stem = partial[0].name.split(".partial-")[0]
-    assert verify(sims / stem).status == "interrupted"
+    assert not list(sims.glob("*.zarr.zip")), "no store may look complete after the kill"
+    target_store = partial[0].with_name(partial[0].name.split(".partial-")[0])
+    assert verify(target_store).status == "interrupted"
 
     run(tmp_path, config, "--unlock")
     # Exactly the killed job reruns (with its summary and figure downstream).
     assert planned(tmp_path, config, target) == {"simulate": 1, "aggregate": 1, "plot": 1}
     run(tmp_path, config, "--cores", "1", target)
-    assert not list(sims.glob("*.partial-*"))  # the dead writer's directory is cleaned up
-    for store in sims.glob("*.zarr"):
-        a, b = xr.open_zarr(store).load(), xr.open_zarr(reference / "simulations" / store.name).load()
-        for var in a.data_vars:
-            np.testing.assert_array_equal(a[var].values, b[var].values)
+    assert not list(sims.rglob("*.partial-*"))  # the dead writer's file is cleaned up
+    assert not (sims / ".pending").exists() or not any((sims / ".pending").iterdir())
+    got = stored(tmp_path / "results")
+    assert got
+    assert_same_cells(got, stored(reference))
 
 
 def test_failed_cell_is_reported_and_finished_cells_never_recomputed(tmp_path):
@@ -110,15 +109,16 @@ def test_failed_cell_is_reported_and_finished_cells_never_recomputed(tmp_path):
     logs = "".join(p.read_text() for p in (tmp_path / "results" / "logs" / "simulate").rglob("*.log"))
     assert "FAILED: cell(H=2, n=6, d=4, beta=1.0, attention='usa'" in logs
     sims = tmp_path / "results" / "simulations"
-    done = {p.name: p.stat().st_mtime_ns for p in sims.glob("*.zarr")}
-    assert len(done) >= 1 and len(list(sims.glob("*.failed.json"))) >= 1
-    for store in done:  # what was written is trustworthy
-        ds = xr.open_zarr(sims / store)
+    done = {p.name: p.stat().st_mtime_ns for p in sims.glob("*.zarr.zip")}
+    cells = stored(tmp_path / "results")
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "results" / "manifests").glob("*.json")]
+    assert len(cells) >= 1 and sum(len(m["failed"]) for m in manifests) >= 1
+    for ds in cells.values():  # what was written is trustworthy
         assert np.isfinite(ds.energy.values).all()
 
     second = run(tmp_path, config, check=False)
     assert second.returncode == 0  # the failed cells retried once, the finished ones skipped
-    assert {p.name: p.stat().st_mtime_ns for p in sims.glob("*.zarr")} == done
+    assert {p.name: p.stat().st_mtime_ns for p in sims.glob("*.zarr.zip")} == done
     logs = "".join(p.read_text() for p in (tmp_path / "results" / "logs" / "simulate").rglob("*.log"))
     assert "complete, skipped" in logs
 
@@ -127,7 +127,7 @@ def test_failed_cell_is_reported_and_finished_cells_never_recomputed(tmp_path):
     assert status.returncode == 0
     row = next(line for line in status.stdout.splitlines() if line.startswith("orthogonality"))
     cells, n_done, missing, failed = (int(v) for v in row.split()[1:5])
-    assert cells == 4 and n_done == len(done) and failed >= 1
+    assert cells == 4 and n_done == len(stored(tmp_path / "results")) and failed >= 1
     assert "failed orthogonality/" in status.stdout
 
 
@@ -142,10 +142,9 @@ def test_same_seeds_bit_identical_on_one_core(beta_star_run, tiny_run):
     _, _, reference = tiny_run
     # beta_star_run: the tiny config's beta_star alone, run on one core (the session's shared run).
     workdir, config, results = beta_star_run
-    for store in (results / "simulations").glob("*.zarr"):
-        a, b = xr.open_zarr(store).load(), xr.open_zarr(reference / "simulations" / store.name).load()
-        for var in a.data_vars:
-            np.testing.assert_array_equal(a[var].values, b[var].values, err_msg=var)
+    one_core = stored(results)
+    assert one_core
+    assert_same_cells(one_core, stored(reference))
     assert planned(workdir, config) == {}
 
 
@@ -168,11 +167,13 @@ def test_two_experiments_sharing_cells_write_each_store_once(tmp_path):
     config = shared_cells_config(tmp_path)
     proc = run(tmp_path, config, cores=4)
     sims = tmp_path / "results" / "simulations"
-    stores = sorted(sims.glob("*.zarr"))
-    assert len(stores) == 6 and all(verify(s).ok for s in stores)  # 2 n x 3 beta, toy's 3 shared
-    assert not list(sims.glob("*.partial-*"))
+    stores = sorted(sims.glob("*.zarr.zip"))
+    assert stores and all(verify(s).ok for s in stores)
+    held = [cid for s in stores for cid in record_of(s)["cells"]]
+    assert len(held) == len(set(held)) == 6  # 2 n x 3 beta, toy's 3 shared: each cell in one store
+    assert not list(sims.rglob("*.partial-*"))
     logs = "".join(p.read_text() for p in (tmp_path / "results" / "logs" / "simulate").rglob("*.log"))
-    assert logs.count("written") == 6 and "already written" not in logs
+    assert logs.count("computed in") == 6
     assert "Directory not empty" not in proc.stdout + proc.stderr
     # The same numbers as a run of the first experiment alone.
     alone = tmp_path / "alone"
@@ -182,8 +183,37 @@ def test_two_experiments_sharing_cells_write_each_store_once(tmp_path):
     del cfg["experiments"]["toy_margin"]
     (alone / "c.yaml").write_text(yaml.safe_dump(cfg))
     run(alone, alone / "c.yaml", "--until", "simulate")  # its stores are what is compared
-    for store in stores:
-        a, b = xr.open_zarr(store).load(), xr.open_zarr(alone / "results" / "simulations" / store.name).load()
-        for var in a.data_vars:
-            np.testing.assert_array_equal(a[var].values, b[var].values, err_msg=var)
-    assert {p.name for p in (alone / "results" / "simulations").glob("*.zarr")} == {s.name for s in stores}
+    shared, first_alone = stored(tmp_path / "results"), stored(alone / "results")
+    assert set(shared) == set(first_alone)
+    assert_same_cells(shared, first_alone)
+
+
+def test_a_killed_job_resumes_from_its_checkpoints(tmp_path, monkeypatch):
+    """A job killed mid-batch keeps the cells it checkpointed; its successor computes only the others,
+    and the batch's store holds the numbers an uninterrupted job writes."""
+    import attnflow.sweep as sweep_module
+
+    cells = [Cell(H=1, n=3, d=3, beta=beta, seeds=1, t_max=0.5, n_samples=2) for beta in (0.5, 1.0, 2.0, 4.0)]
+    layout = Layout(tmp_path / "killed")
+    monkeypatch.setattr(sweep_module, "CHECKPOINT_SECONDS", 0.0)  # a checkpoint after every cell
+    real, calls = simulate_module.simulate, []
+
+    def killed_at_the_third(cell, **kwargs):
+        calls.append(cell)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the job dies mid-batch
+        return real(cell, **kwargs)
+
+    monkeypatch.setattr(simulate_module, "simulate", killed_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(cells, "b", layout, log=lambda *_: None)
+    assert not layout.store("b").exists() and len(list(layout.pending("b").iterdir())) == 2
+    monkeypatch.setattr(simulate_module, "simulate", real)
+    log = []
+    result = run_batch(cells, "b", layout, log=log.append)
+    assert sum("finished by a killed job" in line for line in log) == 2
+    assert sum("computed in" in line for line in log) == 2
+    assert set(result.cells) == {cell_id(c) for c in cells} and not layout.pending("b").exists()
+    whole = Layout(tmp_path / "whole")
+    run_batch(cells, "b", whole, log=lambda *_: None)
+    assert_same_cells(stored(tmp_path / "killed"), stored(tmp_path / "whole"))

@@ -37,7 +37,8 @@ def test_only_the_layout_spells_output_paths():
 def test_the_layout_of_a_results_directory(tmp_path):
     layout = Layout(str(tmp_path))
     assert layout.results == tmp_path
-    assert layout.store("abc").parent == layout.stores == layout.failure("abc").parent
+    assert layout.store("abc").parent == layout.stores == layout.pending("abc").parent.parent
+    assert layout.store("abc").name == "abc.zarr.zip"  # one file per batch
     assert layout.figures("x") == [layout.figure("x", "png"), layout.figure("x", "pdf")]
     # Summary tickets never share a batch's repair directory (no batch name holds "_").
     tickets = layout.summary_tickets("x")

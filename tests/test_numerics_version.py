@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnflow.store import open_verified
+
 GOLDEN = Path(__file__).parent / "golden" / "numerics.json"
 RTOL = 1e-10
 BUMP = "bump attnflow.engine.NUMERICS_VERSION and regenerate the golden values " \
@@ -98,16 +100,37 @@ def _beta_star_only(tmp):
 
 
 def _set_record(store: Path, **values) -> None:
-    """Rewrite a store's completion record as an older attnflow would have written it."""
+    """Rewrite a store's completion record as an older attnflow would have written it.
+
+    The zip is written again with the other members as they were; the file keeps its modification
+    time, and a batch manifest that records the store records its new size (as that attnflow's would)."""
+    import os
+    import zipfile
+
     from attnflow.store import RECORD
 
-    record = json.loads((store / RECORD).read_text())
-    for key, value in values.items():
-        if value is None:
-            record.pop(key, None)
-        else:
-            record[key] = value
-    (store / RECORD).write_text(json.dumps(record))
+    stat = store.stat()
+    with zipfile.ZipFile(store) as zf:
+        members = [(info, zf.read(info)) for info in zf.infolist()]
+    with zipfile.ZipFile(store, "w", zipfile.ZIP_STORED) as zf:
+        for info, data in members:
+            if info.filename == RECORD:
+                record = json.loads(data)
+                for key, value in values.items():
+                    if value is None:
+                        record.pop(key, None)
+                    else:
+                        record[key] = value
+                data = json.dumps(record, indent=1, sort_keys=True).encode()
+            zf.writestr(info, data)
+    os.utime(store, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    for manifest in (store.parent.parent / "manifests").glob("*.json"):
+        record = json.loads(manifest.read_text())
+        if record.get("store") == store.name:
+            seen = manifest.stat()
+            record.update(size=store.stat().st_size, mtime_ns=store.stat().st_mtime_ns)
+            manifest.write_text(json.dumps(record, indent=1))
+            os.utime(manifest, ns=(seen.st_atime_ns, seen.st_mtime_ns))
 
 
 # beta_star_run (tests/conftest.py): the config of _beta_star_only, run once per session; each test
@@ -115,40 +138,50 @@ def _set_record(store: Path, **values) -> None:
 
 
 @pytest.mark.workflow
-def test_stale_stores_are_listed_and_exactly_they_are_recomputed(beta_star_run, tmp_path, capsys):
+@pytest.mark.parametrize("old_version", ["previous", "none"])
+def test_stale_stores_are_listed_and_exactly_they_are_recomputed(beta_star_run, tmp_path, capsys,
+                                                                  old_version):
     import shutil
 
-    import xarray as xr
-    from sweep_helpers import planned, run, snapshot
+    from sweep_helpers import planned, run, snapshot, stored
 
     from attnflow.cli import main as attnflow_main
     from attnflow.engine import NUMERICS_VERSION
+    from attnflow.store import record_of
 
     shutil.copytree(beta_star_run[2], tmp_path / "results")
     config = _beta_star_only(tmp_path)
     results = tmp_path / "results"
-    stores = sorted((results / "simulations").glob("*.zarr"))
-    assert len(stores) == 4
-    old = stores[:2]  # as if written before the last change to the numerics (one has no version at all)
-    _set_record(old[0], numerics_version=NUMERICS_VERSION - 1)
-    _set_record(old[1], numerics_version=None)
+    stores = sorted((results / "simulations").glob("*.zarr.zip"))
+    assert len(stores) == 2 and len(stored(results)) == 4  # 2 batches of 2 cells
+    # One batch's store as if written before the last change to the numerics (or with no version at all).
+    old = stores[0]
+    _set_record(old, numerics_version=NUMERICS_VERSION - 1 if old_version == "previous" else None)
+    old_cells = set(record_of(old)["cells"])
+    assert len(old_cells) == 2
     assert attnflow_main(["status", "--configfile", str(config)]) == 0
     out = capsys.readouterr().out
-    assert out.count("stale beta_star/") == 2 and f"now {NUMERICS_VERSION}" in out
+    assert {f"beta_star/{cid}:" for cid in old_cells} == {
+        line.split()[1] for line in out.splitlines() if line.startswith("stale beta_star/")}
+    assert f"now {NUMERICS_VERSION}" in out
     row = next(line for line in out.splitlines() if line.startswith("beta_star"))
     assert row.split()[1:3] == ["4", "2"] and row.split()[-1] == "2"  # cells, done ... stale
-    batches = {json.loads(m.read_text())["batch"] for m in (results / "manifests").glob("*.json")
-               if {s.name for s in old} & set(json.loads(m.read_text())["stores"].values())}
-    assert planned(tmp_path, config) == {"simulate": len(batches), "aggregate": 1, "plot": 1, "all": 1}
+    assert planned(tmp_path, config) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
     before = snapshot(results / "simulations")
     proc = run(tmp_path, config)
-    assert proc.stderr.count("is stale (written under numerics_version") == 2
+    assert proc.stderr.count("is stale (written under numerics_version") == 1
+    assert f"{old.name} is stale" in proc.stderr
     after = snapshot(results / "simulations")
-    changed = {k.split("/")[0] for k in set(before) | set(after) if before.get(k) != after.get(k)}
-    assert changed == {s.name for s in old}
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    assert changed == {old.name}
+    # Exactly the stale cells were computed again (the other batch's store is untouched above).
+    log = (results / "logs" / "simulate" / f"{record_of(old)['batch']}.log").read_text()
+    assert log.count("computed in") == 2 and "complete, skipped" not in log
     for store in stores:
-        assert xr.open_zarr(store).attrs["numerics_version"] == NUMERICS_VERSION
-    summary = xr.open_zarr(results / "summaries" / "beta_star.zarr")
+        assert record_of(store)["numerics_version"] == NUMERICS_VERSION
+    cells = stored(results)
+    assert len(cells) == 4 and all(ds.attrs["numerics_version"] == NUMERICS_VERSION for ds in cells.values())
+    summary = open_verified(results / "summaries" / "beta_star.zarr.zip")
     assert summary.attrs["numerics_version"] == NUMERICS_VERSION and summary.attrs["reduction_version"] == 1
     assert planned(tmp_path, config) == {}
     assert attnflow_main(["status", "--configfile", str(config)]) == 0
@@ -166,7 +199,7 @@ def test_a_stale_summary_is_rebuilt_with_its_figure(beta_star_run, tmp_path, rec
     shutil.copytree(beta_star_run[2], tmp_path / "results")
     config = _beta_star_only(tmp_path)
     results = tmp_path / "results"
-    summary = results / "summaries" / "beta_star.zarr"
+    summary = results / "summaries" / "beta_star.zarr.zip"
     _set_record(summary, **record)
     figure = (results / "figures" / "beta_star.png").stat().st_mtime_ns
     assert planned(tmp_path, config) == {"aggregate": 1, "plot": 1, "all": 1}
@@ -210,7 +243,7 @@ def test_deleted_bookkeeping_is_rebuilt_by_the_next_run(beta_star_run, tmp_path,
         shutil.rmtree(results / "manifests")
         expected = {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
     else:
-        shutil.rmtree(results / "summaries" / "beta_star.zarr")
+        (results / "summaries" / "beta_star.zarr.zip").unlink()
         expected = {"aggregate": 1, "plot": 1, "all": 1}
     assert planned(tmp_path, config) == expected
     before = snapshot(results / "simulations")
@@ -218,10 +251,10 @@ def test_deleted_bookkeeping_is_rebuilt_by_the_next_run(beta_star_run, tmp_path,
     assert "the summary of beta_star is" in proc.stderr
     assert snapshot(results / "simulations") == before
     assert len(list((results / "manifests").glob("*.json"))) == 2
-    assert (results / "summaries" / "beta_star.zarr").exists()
+    assert (results / "summaries" / "beta_star.zarr.zip").exists()
     assert planned(tmp_path, config) == {}
     if delete == "summary":  # the same damage again, after the rebuild: healed again
-        shutil.rmtree(results / "summaries" / "beta_star.zarr")
+        (results / "summaries" / "beta_star.zarr.zip").unlink()
         assert planned(tmp_path, config) == expected
 
 
@@ -246,3 +279,30 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     regenerate()
     print(f"wrote {GOLDEN}")
+
+
+@pytest.mark.workflow
+def test_stores_of_the_per_cell_layout_are_reported_and_never_read(beta_star_run, tmp_path, capsys):
+    """attnflow 0.1 wrote a directory per cell and manifests listing them: such a batch is stale (its cells
+    computed again into one file), and the old directories are counted, never read or mixed in."""
+    import shutil
+
+    from sweep_helpers import planned
+
+    from attnflow.cli import main as attnflow_main
+
+    _, _, reference = beta_star_run
+    shutil.copytree(reference, tmp_path / "results")
+    config = _beta_star_only(tmp_path)
+    results = tmp_path / "results"
+    manifest = sorted((results / "manifests").glob("*.json"))[0]
+    cells = list(json.loads(manifest.read_text())["cells"])
+    manifest.write_text(json.dumps({"batch": manifest.stem, "stores": {c: f"{c}.zarr" for c in cells},
+                                    "failed": {}}))
+    (results / "simulations" / f"{cells[0]}.zarr").mkdir()  # an old store directory
+    assert attnflow_main(["status", "--json", "--configfile", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert "1 stores in" in captured.err and "layout of attnflow 0.1" in captured.err
+    report = json.loads(captured.out)["beta_star"]
+    assert set(report["stale"]) == set(cells) and len(report["done"]) == 2
+    assert planned(tmp_path, config) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}

@@ -7,14 +7,15 @@ import xarray as xr
 from attnflow import Cell, simulate
 from attnflow.experiments._common import all_heads_monotone, before_cluster
 from attnflow.experiments.orthogonality import EXPERIMENT, critical_overlap, cross_norms
+from attnflow.pack import group_cells
 
 
 @pytest.mark.parametrize("delta, beta", [(0.0, 0.5), (0.05, 0.25), (0.25, 1.0)])
 def test_runs_meeting_the_condition_are_monotone(delta, beta):
     cell = Cell(heads="perturbed_block", attention="usa", init="orthogonal", H=2, n=6, d=6, delta=delta,
                 beta=beta, seeds=6, t_max=8.0, n_samples=33, observables=list(EXPERIMENT.observables))
-    ds = simulate(cell, certify=False)
-    omega = xr.DataArray(cross_norms(np.asarray(ds.score_matrix.values)), dims="seed")
+    ds = group_cells({"run": simulate(cell, certify=False)})["g0"]  # as the aggregation reads it
+    omega = xr.DataArray(cross_norms(np.asarray(ds.score_matrix.values)), dims=("cell", "seed"))
     holds = (critical_overlap(ds) >= omega).values
     monotone = (all_heads_monotone(ds) | ~before_cluster(ds)).all("time").values
     assert not np.any(holds & ~monotone)  # sufficient: never holds where a head's energy fell

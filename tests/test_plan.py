@@ -2,16 +2,15 @@
 
 import csv
 import json
-import shutil
 
 import pytest
-from sweep_helpers import ROOT
+from sweep_helpers import ROOT, place_batch, stored
 
 from attnflow import resources
 from attnflow.access import load_sweep
 from attnflow.cli import main as attnflow_main
 from attnflow.plan import COMPILE_SECONDS, jobs, makespan, plan
-from attnflow.sweep import cell_id, failure_path, store_path
+from attnflow.sweep import cell_id
 
 pytestmark = pytest.mark.workflow
 
@@ -75,10 +74,10 @@ def test_requests_are_the_slurm_cost_model(tiny_run, tmp_path):
 def test_done_failed_and_new_cells(tiny_run, tmp_path):
     _, config, results = tiny_run
     sweep = load_sweep(config, results=tmp_path / "partial")
-    cells = sweep.batches[next(iter(sweep.batches))]
-    sweep.stores.mkdir(parents=True)
-    shutil.copytree(store_path(results / "simulations", cells[0]), store_path(sweep.stores, cells[0]))
-    failure_path(sweep.stores, cells[1]).write_text(json.dumps({"error": "diverged"}))
+    batch = next(iter(sweep.batches))
+    cells = sweep.batches[batch]
+    first = cell_id(cells[0])
+    place_batch(sweep, batch, {first: stored(results)[first]}, failed={cell_id(cells[1]): "diverged"})
     total = plan(sweep, cores=2).rows["total"]
     assert (total["done"], total["failed"], total["new"]) == (1, 1, total["cells"] - 2)
     assert total["jobs_to_run"] == total["jobs"]  # the batch with a done cell still has one to compute

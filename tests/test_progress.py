@@ -9,7 +9,6 @@ from attnflow.access import load_sweep
 from attnflow.cli import main as attnflow_main
 from attnflow.plan import jobs
 from attnflow.progress import benchmark_seconds, progress
-from attnflow.sweep import store_path
 
 pytestmark = pytest.mark.workflow
 
@@ -19,13 +18,12 @@ def _half_run(tiny_run, tmp_path):
     _, config, results = tiny_run
     sweep = load_sweep(config, results=tmp_path / "results")
     finished = sweep.batches_of("beta_star")
-    sweep.stores.mkdir(parents=True)
-    (sweep.results / "benchmarks" / "simulate").mkdir(parents=True)
+    for sub in ("simulations", "manifests", "benchmarks/simulate"):
+        (sweep.results / sub).mkdir(parents=True)
     for batch in finished:
-        for cell in sweep.batches[batch]:
-            shutil.copytree(store_path(results / "simulations", cell), store_path(sweep.stores, cell))
-        bench = f"benchmarks/simulate/{batch}.tsv"
-        shutil.copy(results / bench, sweep.results / bench)
+        for path in (f"simulations/{batch}.zarr.zip", f"manifests/{batch}.json",
+                     f"benchmarks/simulate/{batch}.tsv"):
+            shutil.copy2(results / path, sweep.results / path)  # with its time, as the manifest recorded it
     return sweep, finished
 
 

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import xarray as xr
 import yaml
 from sweep_helpers import ENV, ROOT, planned, write_config
 
@@ -10,6 +9,7 @@ from attnflow import theory
 from attnflow.config import load, validate
 from attnflow.experiments import registry
 from attnflow.refine import refine
+from attnflow.store import open_verified, record_of
 
 pytestmark = pytest.mark.workflow
 
@@ -30,7 +30,7 @@ def test_refinement_reaches_a_known_threshold(tmp_path, monkeypatch):
     record = refined["refinement"]
     assert [r["round"] for r in record] == list(range(1, rounds + 1)) and all(r["added"] == 1 for r in record)
     assert len(refined["experiments"]["toy_margin"]["extra_points"]) == rounds
-    summary = xr.open_zarr(tmp_path / "results" / "summaries" / "toy_margin.zarr").load().isel(n=0)
+    summary = open_verified(tmp_path / "results" / "summaries" / "toy_margin.zarr.zip").load().isel(n=0)
     beta, holds = summary.beta.values, summary.holds.values
     # The sufficient margin at orthogonal tokens changes sign exactly at beta*(2, 8) (Thm 19).
     target = float(theory.beta_star(2, 8))
@@ -39,12 +39,14 @@ def test_refinement_reaches_a_known_threshold(tmp_path, monkeypatch):
     assert lo <= target < hi
     # Geometric midpoints: the bracket's log-width halves every round.
     assert np.log(hi / lo) <= np.log(1.0 / 0.25) / 2**rounds * (1 + 1e-9)
-    # Every cell once: the stores are the 2 starting cells and one per round.
-    stores = list((tmp_path / "results" / "simulations").glob("*.zarr"))
-    assert len(stores) == 2 + rounds
+    # Every cell once: the batches' stores hold the 2 starting cells and one per round.
+    cells = [cid for path in (tmp_path / "results" / "simulations").glob("*.zarr.zip")
+             for cid in record_of(path)["cells"]]
+    assert len(cells) == len(set(cells)) == 2 + rounds
     # The last round's job (its log is the batch's) computed its new cell and skipped the rest.
     log = next((tmp_path / "results" / "logs" / "simulate").glob("*.log")).read_text()
-    assert log.count(", written") == 1 and log.count("complete, skipped") == 1 + rounds
+    assert log.count("computed in") == 1 and log.count("complete, skipped") == 1 + rounds
+    assert f"{2 + rounds} cells written (1 new)" in log
     # And nothing is left to run.
     assert planned(tmp_path, out) == {}
 
@@ -67,7 +69,7 @@ def test_each_round_plans_only_new_cells(tmp_path, monkeypatch):
     # Round 2's points, before it runs: a dry run plans one job per new cell (batch_over is
     # empty, so each cell is its own batch), plus the summary and figure.
     exp = registry(["toy_experiment"]).get("toy_margin")
-    with xr.open_zarr(tmp_path / "results" / "summaries" / "toy_margin.zarr") as summary:
+    with open_verified(tmp_path / "results" / "summaries" / "toy_margin.zarr.zip") as summary:
         new = exp.refinement(summary.load(), sweep.specs["toy_margin"])
     assert len(new) == 2
     cfg = load(refined)

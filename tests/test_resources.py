@@ -42,7 +42,8 @@ def _largest(path, key):
 
 def _run_cell(cell, tmp_path):
     """Simulate and store one cell as a job does; (peak RSS MB, seconds including start-up)."""
-    proc = subprocess.run([sys.executable, "-c", JOB, json.dumps(cell.to_dict()), str(tmp_path / "s.zarr")],
+    store = str(tmp_path / "s.zarr.zip")
+    proc = subprocess.run([sys.executable, "-c", JOB, json.dumps(cell.to_dict()), store],
                           capture_output=True, text=True, check=True)
     peak, seconds = proc.stdout.split()[-2:]
     return float(peak), float(seconds)

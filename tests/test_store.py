@@ -1,16 +1,17 @@
-"""Stores are complete or absent: completion records, verification, racing writers."""
+"""Stores are complete or absent, one file each: completion records, verification, racing writers."""
 
-import json
 import multiprocessing
 import os
 import socket
+import struct
 import subprocess
+import zipfile
 
 import numpy as np
 import pytest
 import xarray as xr
 
-from attnflow.store import RECORD, CorruptStore, open_verified, partials, verify, write
+from attnflow.store import RECORD, CorruptStore, open_verified, partials, record_of, verify, write
 
 
 def _dataset(value=1.0):
@@ -19,49 +20,86 @@ def _dataset(value=1.0):
                        "t_cluster": ("seed", value * rng.random(3))}, attrs={"cell_n": 4})
 
 
+def _span(path, member):
+    """Where a member's bytes lie in a store file: (offset, size)."""
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(member)
+    with open(path, "rb") as fh:
+        fh.seek(info.header_offset)
+        header = fh.read(30)
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    return info.header_offset + 30 + name_len + extra_len, info.file_size
+
+
 def _chunk(path, var):
-    return next(p for p in (path / var).iterdir() if not p.name.startswith("."))
+    with zipfile.ZipFile(path) as zf:
+        return next(n for n in zf.namelist()
+                    if n.startswith(f"{var}/") and not n.split("/")[-1].startswith("."))
 
 
 def test_round_trip_and_record(tmp_path):
-    path = tmp_path / "a.zarr"
+    path = tmp_path / "a.zarr.zip"
     assert write(_dataset(), path) is True
-    record = json.loads((path / RECORD).read_text())
-    assert record["variables"]["energy"]["shape"] == [3, 50]
-    assert all(len(meta["sha256"]) == 64 for meta in record["files"].values())
+    assert path.is_file()  # one file per store, whatever its variables
+    record = record_of(path)
+    assert record["groups"] == [""] and RECORD not in record["members"]
+    assert all(len(meta["sha256"]) == 64 for meta in record["members"].values())
     assert verify(path).ok and verify(path, checksums=False).ok
     with open_verified(path) as ds:
         np.testing.assert_array_equal(ds.energy.values, _dataset().energy.values)
-    assert verify(tmp_path / "b.zarr").status == "missing"
+        assert ds.attrs["cell_n"] == 4
+    assert verify(tmp_path / "b.zarr.zip").status == "missing"
 
 
-def test_missing_truncated_and_flipped_chunks_are_named(tmp_path):
-    for damage in ("delete", "truncate", "flip"):
-        path = tmp_path / f"{damage}.zarr"
+def test_the_same_data_gives_the_same_bytes(tmp_path):
+    write(_dataset(), tmp_path / "a.zarr.zip")
+    write(_dataset(), tmp_path / "b.zarr.zip")
+    assert (tmp_path / "a.zarr.zip").read_bytes() == (tmp_path / "b.zarr.zip").read_bytes()
+
+
+def test_truncated_flipped_and_rewritten_stores_are_named(tmp_path):
+    for damage in ("truncate", "flip", "garbage"):
+        path = tmp_path / f"{damage}.zarr.zip"
         write(_dataset(), path)
         chunk = _chunk(path, "energy")
-        data, stat = chunk.read_bytes(), chunk.stat()
-        if damage == "delete":
-            chunk.unlink()
-        elif damage == "truncate":
-            chunk.write_bytes(data[: len(data) // 2])
+        offset, size = _span(path, chunk)
+        data, st = bytearray(path.read_bytes()), path.stat()
+        if damage == "truncate":
+            path.write_bytes(bytes(data[: len(data) // 2]))
+        elif damage == "flip":
+            data[offset + size // 2] ^= 1
+            path.write_bytes(bytes(data))
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         else:
-            chunk.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+            path.write_bytes(b"not a zip file")
         state = verify(path)
-        assert state.status == "corrupt" and "variable 'energy' chunk" in state.detail, state
-        # The cheap check sees sizes, and the bytes of files rewritten since the record.
-        assert not verify(path, checksums=False).ok
+        assert state.status == "corrupt", state
         if damage == "flip":
-            # Silent corruption (same size, same time): only the full checksum sees it.
-            os.utime(chunk, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-            assert verify(path, checksums=False).ok and not verify(path).ok
-        with pytest.raises(CorruptStore, match=f"{damage}.zarr: corrupt"):
+            # Silent corruption (same size, same time): only the full checksum sees it, and names it.
+            assert "variable 'energy' chunk" in state.detail and "checksum" in state.detail, state
+            assert verify(path, checksums=False).ok
+        else:
+            assert not verify(path, checksums=False).ok
+        with pytest.raises(CorruptStore, match=f"{damage}.zarr.zip: corrupt"):
             open_verified(path)
 
 
+def test_a_damaged_group_is_named_and_the_others_stay_readable(tmp_path):
+    path = tmp_path / "a.zarr.zip"
+    write({"g0": _dataset(1.0), "g1": _dataset(2.0)}, path)
+    offset, size = _span(path, _chunk(path, "g1/energy"))
+    data = bytearray(path.read_bytes())
+    data[offset + size // 2] ^= 1
+    path.write_bytes(bytes(data))
+    state = verify(path)
+    assert state.status == "corrupt" and state.damaged == ("g1",), state
+    assert "of group g1" in state.detail
+
+
 def test_a_store_without_record_is_not_complete(tmp_path):
-    path = tmp_path / "a.zarr"
-    _dataset().to_zarr(path, zarr_format=2, consolidated=True)
+    path = tmp_path / "a.zarr.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(".zgroup", "{}")
     assert verify(path).status == "corrupt"
     assert write(_dataset(2.0), path) is True  # replaced
     with open_verified(path) as ds:
@@ -69,7 +107,7 @@ def test_a_store_without_record_is_not_complete(tmp_path):
 
 
 def test_interrupted_write_leaves_nothing_complete(tmp_path, monkeypatch):
-    path = tmp_path / "a.zarr"
+    path = tmp_path / "a.zarr.zip"
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # as if interrupted while writing
@@ -78,22 +116,22 @@ def test_interrupted_write_leaves_nothing_complete(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         write(_dataset(), path)
     assert not path.exists() and not partials(path)
-    # A writer killed outright leaves its temporary directory: "interrupted". The
-    # next complete write removes it (its writer, on this host, is dead); one of a
-    # live writer or of another host stays.
+    # A writer killed outright leaves its temporary file: "interrupted". The next
+    # complete write removes it (its writer, on this host, is dead); one of a live
+    # writer or of another host stays.
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (tmp_path / f"a.zarr.partial-{socket.gethostname()}-{dead.pid}-abc").mkdir()
-    (tmp_path / "a.zarr.partial-elsewhere-1-abc").mkdir()
+    (tmp_path / f"a.zarr.zip.partial-{socket.gethostname()}-{dead.pid}-abc").write_bytes(b"PK")
+    (tmp_path / "a.zarr.zip.partial-elsewhere-1-abc").write_bytes(b"PK")
     assert verify(path).status == "interrupted"
     monkeypatch.undo()
     write(_dataset(), path)
     assert verify(path).ok
-    assert [p.name for p in partials(path)] == ["a.zarr.partial-elsewhere-1-abc"]
+    assert [p.name for p in partials(path)] == ["a.zarr.zip.partial-elsewhere-1-abc"]
 
 
 def test_a_complete_store_wins_unless_replaced(tmp_path):
-    path = tmp_path / "a.zarr"
+    path = tmp_path / "a.zarr.zip"
     write(_dataset(1.0), path)
     assert write(_dataset(2.0), path) is False
     with open_verified(path) as ds:
@@ -112,7 +150,7 @@ def test_two_writers_of_one_cell_leave_one_complete_store(tmp_path):
     # Many rounds: the race window is the rename; either order must end complete.
     ctx = multiprocessing.get_context("fork")
     for round_ in range(5):
-        path = tmp_path / f"r{round_}.zarr"
+        path = tmp_path / f"r{round_}.zarr.zip"
         barrier, results = ctx.Barrier(4), ctx.Queue()
         procs = [ctx.Process(target=_race, args=(path, barrier, results)) for _ in range(4)]
         for p in procs:

@@ -2,7 +2,7 @@ import pytest
 
 from attnflow import Cell
 from attnflow.config import ConfigError, points_of, validate
-from attnflow.sweep import cell_id, spec_points, store_path
+from attnflow.sweep import cell_id, spec_points
 
 CONFIG = {
     "experiments": {
@@ -66,11 +66,12 @@ def test_a_cell_shared_by_two_experiments_is_owned_by_one_batch():
         for cell in cells:
             assert cell_id(cell) not in owners, "a cell in two batches"
             owners[cell_id(cell)] = batch
-    shared = {p for _, p in sweep.entries("beta_star")} & {p for _, p in sweep.entries("toy_margin")}
-    assert len(shared) == 2  # beta 0.5 and 1.0 at n = 4: the same cells, one store each
-    for path in shared:
-        owner = next(b for b, cells in sweep.batches.items()
-                     if any(str(store_path(sweep.stores, c)) == path for c in cells))
+    shared = ({(p, c) for _, p, c in sweep.entries("beta_star")}
+              & {(p, c) for _, p, c in sweep.entries("toy_margin")})
+    assert len(shared) == 2  # beta 0.5 and 1.0 at n = 4: the same cells, each in one batch's store
+    for path, cid in shared:
+        owner = owners[cid]
+        assert path == str(sweep.layout.store(owner))
         assert owner in sweep.batches_of("beta_star") and owner in sweep.batches_of("toy_margin")
 
 
@@ -82,7 +83,7 @@ def test_equal_cells_on_one_grid_share_a_store():
                  "lambda_bar": [1.0, 2.0], "beta": [1.0, 2.0]}}}}
     sweep = validate(config)
     entries = sweep.entries("superadditivity")
-    assert len(entries) == 16 and len({p for _, p in entries}) == 12
+    assert len(entries) == 16 and len({c for _, _, c in entries}) == 12
     assert sum(len(c) for c in sweep.batches.values()) == 12
 
 

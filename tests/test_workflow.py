@@ -3,23 +3,25 @@
 import itertools
 import json
 import os
+import struct
+import zipfile
 
 import numpy as np
 import pytest
-import xarray as xr
 from sweep_helpers import planned, run, snapshot, write_config
 
 from attnflow import theory
 from attnflow.cli import main as attnflow_main
 from attnflow.config import load
 from attnflow.experiments.superadditivity import linear_strengths
-from attnflow.store import RECORD
+from attnflow.store import RECORD, open_verified, record_of
+from attnflow.sweep import stored_cells
 
 pytestmark = pytest.mark.workflow
 
 
 def _summary(results, name):
-    return xr.open_zarr(results / "summaries" / f"{name}.zarr").load()
+    return open_verified(results / "summaries" / f"{name}.zarr.zip").load()
 
 
 def test_summaries_match_closed_forms(tiny_run):
@@ -83,15 +85,17 @@ def test_summaries_match_closed_forms(tiny_run):
 
 def test_provenance_of_stores_summaries_and_figures(tiny_run, capsys):
     tmp, config, results = tiny_run
-    stores = sorted((results / "simulations").glob("*.zarr"))
-    ds = xr.open_zarr(stores[0])
+    stores = sorted((results / "simulations").glob("*.zarr.zip"))
+    ds = next(iter(stored_cells(stores[0]).values()))  # one cell of a batch's store, as it was simulated
     for field in ("H", "n", "d", "beta", "attention", "heads", "init", "geometry", "seeds", "observables"):
         assert f"cell_{field}" in ds.attrs
     for key in ("attnflow_version", "config_sha256", "batch", "cell_id", "cell_seeds"):
         assert key in ds.attrs
     assert list(ds.seed.values) == ds.attrs["cell_seeds"]
-    assert json.loads((stores[0] / RECORD).read_text())["files"]
-    summary = xr.open_zarr(results / "summaries" / "beta_star.zarr")
+    record = record_of(stores[0])
+    assert record["members"] and ds.attrs["cell_id"] in record["cells"]
+    assert record["batch"] == ds.attrs["batch"] == stores[0].name.removesuffix(".zarr.zip")
+    summary = open_verified(results / "summaries" / "beta_star.zarr.zip")
     assert summary.attrs["config_sha256"] == ds.attrs["config_sha256"]
     assert summary.attrs["n_missing_cells"] == 0 and "experiment_spec" in summary.attrs
     from PIL import Image
@@ -133,11 +137,12 @@ def _copy_run(tiny_run, tmp_path):
     return write_config(tmp_path)
 
 
-def _store_of(results, experiment, index=0):
-    """A store of an experiment and the manifest (batch) that owns it."""
+def _store_of(results, experiment):
+    """The store of a batch of an experiment and the manifest (batch) that records it."""
     for manifest in sorted((results / "manifests").glob(f"{experiment}-*.json")):
-        stores = json.loads(manifest.read_text())["stores"]
-        return str(results / "simulations" / list(stores.values())[index]), manifest
+        record = json.loads(manifest.read_text())
+        assert record["cells"] and record["store"] == f"{record['batch']}.zarr.zip", record
+        return results / "simulations" / record["store"], manifest
     raise AssertionError(experiment)
 
 
@@ -146,7 +151,40 @@ def _experiments_reading(config, store_name):
 
     sweep = validate(load(config), reach_scheduler=False)
     return {name for name in sweep.points
-            if any(path.rsplit("/", 1)[-1] == store_name for _, path in sweep.entries(name))}
+            if any(path.rsplit("/", 1)[-1] == store_name for _, path, _ in sweep.entries(name))}
+
+
+def _chunk(store, var):
+    """A data chunk (not metadata) of variable ``var`` in a store (the first group holding it)."""
+    with zipfile.ZipFile(store) as zf:
+        return next(n for n in zf.namelist() if n != RECORD and n.split("/")[-2:-1] == [var]
+                    and not n.split("/")[-1].startswith("."))
+
+
+def _rewrite(store, member, data):
+    """The store's zip written again with one member's bytes replaced by ``data`` (None: left out);
+    the completion record as it was (so the store no longer matches it)."""
+    with zipfile.ZipFile(store) as zf:
+        members = [(info, zf.read(info)) for info in zf.infolist()]
+    with zipfile.ZipFile(store, "w", zipfile.ZIP_STORED) as zf:
+        for info, old in members:
+            if info.filename != member:
+                zf.writestr(info, old)
+            elif data is not None:
+                zf.writestr(info, data)
+
+
+def _flip_last_byte(store, member):
+    """Silent corruption: the last byte of a member flipped in place (the file's size unchanged)."""
+    with zipfile.ZipFile(store) as zf:
+        info = zf.getinfo(member)
+    with open(store, "r+b") as fh:
+        fh.seek(info.header_offset)
+        name_len, extra_len = struct.unpack("<HH", fh.read(30)[26:30])
+        fh.seek(info.header_offset + 30 + name_len + extra_len + info.file_size - 1)
+        last = fh.read(1)[0]
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([last ^ 0xFF]))
 
 
 @pytest.mark.parametrize("damage", ["delete", "truncate-chunk", "delete-chunk"])
@@ -154,18 +192,14 @@ def test_damaged_store_heals_with_a_plain_run(tiny_run, tmp_path, damage):
     config = _copy_run(tiny_run, tmp_path)
     results = tmp_path / "results"
     store, manifest = _store_of(results, "beta_star")
-    store = results / "simulations" / store.rsplit("/", 1)[-1]
     before = snapshot(results / "simulations")
     if damage == "delete":
-        import shutil
-
-        shutil.rmtree(store)
+        store.unlink()
     else:
-        chunk = next(p for p in (store / "energy_rate").iterdir() if not p.name.startswith("."))
-        if damage == "truncate-chunk":
-            chunk.write_bytes(chunk.read_bytes()[:10])
-        else:
-            chunk.unlink()
+        chunk = _chunk(store, "energy_rate")
+        with zipfile.ZipFile(store) as zf:
+            data = zf.read(chunk)
+        _rewrite(store, chunk, data[:10] if damage == "truncate-chunk" else None)
         assert attnflow_main(["status", "--configfile", str(config)]) == 0
     # A dry run plans exactly the batch that holds it, then the summary and figure of each
     # experiment that reads it (the tiny config shares some beta_star cells with toy_margin).
@@ -178,10 +212,13 @@ def test_damaged_store_heals_with_a_plain_run(tiny_run, tmp_path, damage):
     after = snapshot(results / "simulations")
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
     # Only the damaged store changed; every other store's bytes and mtimes are untouched.
-    assert changed and all(k.startswith(store.name + "/") for k in changed), sorted(changed)[:5]
-    reference = tiny_run[2] / "simulations" / store.name
-    for var in ("energy_rate", "rd_margin", "t_cluster"):
-        np.testing.assert_array_equal(xr.open_zarr(store)[var].values, xr.open_zarr(reference)[var].values)
+    assert changed == {store.name}, sorted(changed)[:5]
+    healed, reference = stored_cells(store), stored_cells(tiny_run[2] / "simulations" / store.name)
+    assert set(healed) == set(reference) and reference
+    for cid in reference:
+        for var in ("energy_rate", "rd_margin", "t_cluster"):
+            np.testing.assert_array_equal(healed[cid][var].values, reference[cid][var].values,
+                                          err_msg=f"{cid} {var}")
     assert planned(tmp_path, config) == {}
 
 
@@ -189,36 +226,34 @@ def test_status_names_the_corrupt_chunk(tiny_run, tmp_path, capsys):
     config = _copy_run(tiny_run, tmp_path)
     results = tmp_path / "results"
     store, _ = _store_of(results, "entropy")
-    chunk = next(p for p in (results / "simulations" / store.rsplit("/", 1)[-1] / "entropy").iterdir()
-                 if not p.name.startswith("."))
-    chunk.write_bytes(chunk.read_bytes()[:-3])
+    chunk = _chunk(store, "entropy")
+    with zipfile.ZipFile(store) as zf:
+        _rewrite(store, chunk, zf.read(chunk)[:-3])
     assert attnflow_main(["status", "--configfile", str(config)]) == 0
     out = capsys.readouterr().out
-    assert "corrupt entropy/" in out and "variable 'entropy' chunk" in out
+    group = chunk.split("/")[0]
+    assert "corrupt entropy/" in out and f"variable 'entropy' of group {group} chunk" in out, out
 
 
 def test_failed_aggregation_leaves_no_current_figure(tiny_run, tmp_path):
     config = _copy_run(tiny_run, tmp_path)
     results = tmp_path / "results"
     store, _ = _store_of(results, "orthogonality")
-    chunk = next(p for p in (results / "simulations" / store.rsplit("/", 1)[-1] / "energy").iterdir()
-                 if not p.name.startswith("."))
     # Silent corruption: other bytes, same size and modification time. The start-up
     # check (sizes, times) lets it through; the aggregation verifies checksums.
-    stat = chunk.stat()
-    data = bytearray(chunk.read_bytes())
-    data[-1] ^= 0xFF
-    chunk.write_bytes(bytes(data))
-    os.utime(chunk, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    stat = store.stat()
+    _flip_last_byte(store, _chunk(store, "energy"))
+    os.utime(store, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert store.stat().st_size == stat.st_size
     # Its aggregation forced (the other experiments' summaries are untouched by the damage).
     figure = results / "figures" / "orthogonality.png"
     proc = run(tmp_path, config, str(figure), "--forcerun", "aggregate", check=False)
     assert proc.returncode != 0
     log = (results / "logs" / "aggregate" / "orthogonality.log").read_text()
-    assert "corrupt" in log and store.rsplit("/", 1)[-1] in log and "moved to" in log
+    assert "corrupt" in log and store.name in log and "moved to" in log
     # No figure that looks current, no summary.
     assert not figure.exists()
-    assert not (results / "summaries" / "orthogonality.zarr").exists()
+    assert not (results / "summaries" / "orthogonality.zarr.zip").exists()
     # The store was moved aside: the next plain run recomputes it and draws the figure.
     assert planned(tmp_path, config)["simulate"] == 1
     run(tmp_path, config)

@@ -1,8 +1,8 @@
 """One-line access to a finished sweep: an experiment's summary, or its simulation stores.
 
-Stores are named by a hash of their cell and summaries live under the config's
-results directory, so opening one by hand needs ``sweep.store_path`` and
-``store.open_verified``. Here the config is the only address: the experiment
+Cells are stored by batch, named inside by a hash of their fields, and
+summaries live under the config's results directory, so opening one by hand
+needs the sweep's batches and ``attnflow.pack``. Here the config is the only address: the experiment
 is named, the grid values are given as keywords, and every store is verified
 against its completion record before it is read. Errors name what is wrong and
 what to run: an experiment the config does not run, a summary not built yet, a
@@ -145,24 +145,34 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     ``open_cells("beta_star", "config/config.yaml", n=8, beta=[0.5, 1.0])``: keywords
     are grid axes, each a value or a list of values (none: every point). The result
     has one dimension per grid axis (outer join: a coordinate combination the grid
-    lacks is NaN) on top of each store's own (seed, time, head, token); it is lazy
-    (dask). Each store is verified first; a store not written yet is ``NotBuiltError``
-    naming its grid point and the command that writes it.
+    lacks is NaN) on top of each cell's own (seed, time, head, token); it is read
+    into memory. Each batch's store is verified first, every byte; a cell not
+    stored yet is ``NotBuiltError`` naming its grid point and the command that
+    writes it.
     """
-    from .sweep import store_path
+    from .pack import split
+    from .store import load, open_members
+    from .sweep import cell_id, store_versions
 
     sweep = load_sweep(configfile, results)
     _check_experiment(sweep, experiment, configfile)
     points = select_points(sweep, experiment, coords)
     axes = list(sweep.specs[experiment].grid)
-    missing = [p.coords for p in points if not store_path(sweep.stores, p.cell).exists()]
+    cells: dict[str, xr.Dataset] = {}
+    for path in dict.fromkeys(sweep.store_of(p.cell) for p in points):
+        if path.exists():
+            record, members = load(path, expect=store_versions())
+            for group in record["groups"]:
+                with open_members(members, group, chunks=None) as ds:
+                    cells.update(split(ds.load()))
+    missing = [p.coords for p in points if cell_id(p.cell) not in cells]
     if missing:
         summary = sweep.layout.summary(experiment)
         raise NotBuiltError(f"{experiment}: {len(missing)} of {len(points)} cells have no store yet "
                             f"(first: {missing[0]}); `{build_command(configfile, summary)}` simulates them")
     pieces = []
     for point in points:
-        ds = open_verified(store_path(sweep.stores, point.cell))
+        ds = cells[cell_id(point.cell)]
         pieces.append(ds.expand_dims("cell").assign_coords(
             {a: ("cell", [_plain(point.coords[a])]) for a in axes}))
     if not axes:

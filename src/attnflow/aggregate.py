@@ -1,15 +1,15 @@
 """Reduce an experiment's stores into one summary, in parallel with dask.
 
-Each store is one dask task: verified against its completion record, opened
-lazily (only the variables the reduction touches are read) and reduced by the
-experiment to a few quantities per cell. The tasks run on the chosen scheduler
-(threads, or a dask.distributed cluster); their results are stacked along the
-experiment's grid axes with an explicit outer join, so a missing cell is NaN,
-never dropped, and listed. A corrupt store stops the aggregation, named; so
-do stores written under another numerics version (stale): a summary never
-mixes versions. A summary records the numerics version of its stores and the
-version of its experiment's reduction; the workflow rebuilds one whose
-versions are not the current ones.
+Each batch's store is one dask task: read whole, verified against its
+completion record, and reduced by the experiment once per group of cells of
+one shape (``attnflow.pack``), every cell at once, to a few quantities per
+cell. The tasks run on the chosen scheduler (threads, or a dask.distributed
+cluster); their results are stacked along the experiment's grid axes with an
+explicit outer join, so a missing cell is NaN, never dropped, and listed. A
+corrupt store stops the aggregation, named; so do stores written under another
+numerics version (stale): a summary never mixes versions. A summary records
+the numerics version of its stores and the version of its experiment's
+reduction; the workflow rebuilds one whose versions are not the current ones.
 (Building one lazy dask graph over every store's reduction was measured
 slower: 6.5 s of graph construction for 96 small stores against 1 s of work.)
 """
@@ -27,9 +27,10 @@ import xarray as xr
 
 from . import __version__
 from .experiments import Experiment, Spec
-from .store import CorruptStore, StaleStore, open_verified, quarantine
+from .pack import CELL, cell_values, select
+from .store import CorruptStore, StaleStore, load, open_members, quarantine, record_of
 from .store import write as write_store
-from .sweep import describe_failures, failure_of, store_versions, summary_versions, verify_cell
+from .sweep import describe_failures, store_versions, summary_versions, verify_batch
 
 
 @contextlib.contextmanager
@@ -50,37 +51,56 @@ def dask_scheduler(name: str):
             yield
 
 
-def _reduce_store(experiment: Experiment, coords: dict, path: str) -> xr.Dataset:
-    """One dask task: the reduced quantities of one cell, tagged with its grid coordinates.
+def _reduce_store(experiment: Experiment, path: str, wanted: Sequence[tuple[dict, str]]) -> list[xr.Dataset]:
+    """One dask task: the reduced quantities of the cells of one store an experiment needs
+    (``wanted``: grid coordinates and cell id), one piece per group, along ``cell``, tagged with
+    their grid coordinates and accuracy certificates.
 
     A store whose bytes do not match its record is moved aside (so the next
     run recomputes it) and stops the aggregation, named.
     """
     try:
-        # Lazily indexed numpy: one task per store.
-        ds = open_verified(path, expect=store_versions(), chunks=None)
+        record, members = load(path, expect=store_versions())
     except CorruptStore as err:
         aside = quarantine(path)
         raise CorruptStore(f"{err}; moved to {aside.name}, the next `snakemake` recomputes it") from None
-    with ds:
-        piece = experiment.reduce(ds).load()
-        certificate = ds.attrs.get("certificate_error")
-    piece = piece.expand_dims("cell").assign_coords({a: ("cell", [v]) for a, v in coords.items()})
-    if certificate is not None:
-        piece.attrs["certificate_error"] = float(certificate)
-    return piece
+    by_cell: dict[str, list[dict]] = {}
+    for coords, cid in wanted:
+        by_cell.setdefault(cid, []).append(coords)
+    pieces = []
+    for group in record["groups"]:
+        with open_members(members, group, chunks=None) as ds:
+            ids = [cid for cid in ds[CELL].values.tolist() if cid in by_cell]
+            if not ids:
+                continue
+            rows = [(cid, coords) for cid in ids for coords in by_cell[cid]]
+            cells = select(ds, [cid for cid, _ in rows])
+            piece = experiment.reduce(cells).load()
+            certificate = cell_values(cells, "certificate_error").values
+        axes = list(rows[0][1])
+        piece = piece.drop_vars(CELL).assign_coords(
+            {a: (CELL, [coords[a] for _, coords in rows]) for a in axes})
+        piece["certificate_error"] = (CELL, np.asarray(certificate, dtype=float))
+        piece["store_cell"] = (CELL, [f"{path}:{cid}" for cid, _ in rows])
+        pieces.append(piece)
+    return pieces
 
 
-def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, str]]) -> xr.Dataset:
-    """Reduce ``(grid coords, store path)`` pairs into one dataset over the grid axes.
+def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, str, str]],
+              failures: dict[str, str] | None = None) -> xr.Dataset:
+    """Reduce ``(grid coords, store path, cell id)`` entries into one dataset over the grid axes.
 
-    Grid axes become dimensions; a cell whose store is missing is NaN in every
-    variable and listed in ``attrs['missing_cells']``; a corrupt store raises
+    Grid axes become dimensions; a cell its store does not hold is NaN in every
+    variable and listed in ``attrs['missing_cells']`` (and in ``failed_cells``,
+    with its error, when ``failures`` names it); a corrupt store raises
     ``CorruptStore`` naming it; stores of another numerics version raise
     ``StaleStore`` naming them (never mixed with current ones).
     """
     axes = list(entries[0][0]) if entries else []
-    states = {path: verify_cell(path, checksums=False) for path in dict.fromkeys(p for _, p in entries)}
+    by_store: dict[str, list[tuple[dict, str]]] = {}
+    for coords, path, cid in entries:
+        by_store.setdefault(path, []).append((coords, cid))
+    states = {path: verify_batch(path, checksums=False) for path in by_store}
     for path, state in states.items():
         if state.status == "corrupt":
             raise CorruptStore(f"{path}: corrupt ({state.detail}); the next `snakemake` recomputes it")
@@ -89,23 +109,25 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
         raise StaleStore(f"{experiment.name}: {len(stale)} stores are stale ({states[stale[0]].detail}): "
                          + ", ".join(stale) + "; a summary never mixes numerics versions, the next "
                          "`snakemake` recomputes them")
-    missing = sorted({path for _, path in entries if not states[path].ok})
-    failed = [{"coords": coords, "error": record["error"]} for coords, path in entries
-              if not states[path].ok and (record := failure_of(path))]
-    tasks = [dask.delayed(_reduce_store)(experiment, coords, path)
-             for coords, path in entries if states[path].ok]
-    pieces = list(dask.compute(*tasks))
+    held = {path: set(record_of(path).get("cells") or ()) if states[path].ok else set() for path in by_store}
+    missing = sorted({f"{path}:{cid}" for _, path, cid in entries if cid not in held[path]})
+    failed = [{"coords": coords, "error": failures[cid]} for coords, path, cid in entries
+              if cid not in held[path] and cid in (failures or {})]
+    tasks = [dask.delayed(_reduce_store)(experiment, path, [w for w in wanted if w[1] in held[path]])
+             for path, wanted in by_store.items() if held[path] & {cid for _, cid in wanted}]
+    pieces = [piece for pieces in dask.compute(*tasks) for piece in pieces]
     if not pieces:
-        raise FileNotFoundError(f"{experiment.name}: none of the {len(entries)} stores exists")
-    certificate = _worst_certificate(pieces, [p for _, p in entries if states[p].ok])
-    out = xr.concat(pieces, dim="cell", join="outer", fill_value=np.nan, coords="minimal",
+        raise FileNotFoundError(f"{experiment.name}: none of the {len(entries)} cells is stored")
+    out = xr.concat(pieces, dim=CELL, join="outer", fill_value=np.nan, coords="minimal",
                     compat="override", combine_attrs="drop")
+    certificate = _worst_certificate(out.certificate_error.values, out.store_cell.values)
+    out = out.drop_vars(["certificate_error", "store_cell"])
     if len(axes) == 1:
-        out = out.swap_dims(cell=axes[0])
+        out = out.swap_dims({CELL: axes[0]})
     elif axes:
-        out = out.set_index(cell=axes).unstack("cell", fill_value=np.nan)
+        out = out.set_index({CELL: axes}).unstack(CELL, fill_value=np.nan)
     # Every grid value stays on its axis even when all of its cells are missing.
-    grid = {a: list(dict.fromkeys(coords[a] for coords, _ in entries)) for a in axes}
+    grid = {a: list(dict.fromkeys(coords[a] for coords, _, _ in entries)) for a in axes}
     out = out.reindex(grid, fill_value=np.nan)
     out = experiment.derive(experiment.with_axes(out, spec), spec)
     out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing,
@@ -113,29 +135,32 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     return out
 
 
-def _worst_certificate(pieces, paths) -> dict:
-    """The worst accuracy certificate of the stores (``simulation.simulate``): ``certificate_error``
-    and the store it comes from; ``certificate_uncertified`` counts stores that carry none."""
-    found = [(p.attrs["certificate_error"], path) for p, path in zip(pieces, paths, strict=True)
-             if "certificate_error" in p.attrs]
-    out = {"certificate_uncertified": len(pieces) - len(found)}
-    if found:
-        worst, where = max(found, key=lambda item: item[0] if item[0] == item[0] else float("inf"))
-        out.update({"certificate_error": worst, "certificate_store": str(where)})
+def _worst_certificate(errors, where) -> dict:
+    """The worst accuracy certificate of the cells (``simulation.simulate``): ``certificate_error``
+    and the cell it comes from (``store:cell id``); ``certificate_uncertified`` counts cells that
+    carry none."""
+    errors = np.asarray(errors, dtype=float)
+    certified = ~np.isnan(errors)
+    out = {"certificate_uncertified": int((~certified).sum())}
+    if certified.any():
+        worst = int(np.flatnonzero(certified)[np.argmax(errors[certified])])
+        out.update({"certificate_error": float(errors[worst]), "certificate_store": str(where[worst])})
     return out
 
 
 def aggregate(experiment: Experiment, spec: Spec, entries, output, *, scheduler: str = "threads",
-              provenance: dict | None = None, retire: Sequence[str] = ()) -> xr.Dataset:
+              provenance: dict | None = None, retire: Sequence[str] = (),
+              failures: dict[str, str] | None = None) -> xr.Dataset:
     """Summarise an experiment's stores into the zarr store ``output`` (written atomically).
 
     ``retire``: files (the experiment's figures) removed first, so a failed
-    aggregation never leaves a figure that looks current.
+    aggregation never leaves a figure that looks current. ``failures``: the
+    errors of failed cells (cell id -> error, from the batches' manifests).
     """
     for stale in retire:
         Path(stale).unlink(missing_ok=True)
     with dask_scheduler(scheduler):
-        summary = summarise(experiment, spec, entries)
+        summary = summarise(experiment, spec, entries, failures)
     missing = summary.attrs.pop("missing_cells")
     failed = summary.attrs.pop("failed_cells")
     if failed:
@@ -149,13 +174,14 @@ def aggregate(experiment: Experiment, spec: Spec, entries, output, *, scheduler:
         "missing_cells": ", ".join(missing),
         "n_failed_cells": len(failed),
         "failed_cells": json.dumps(failed),
-        "stores": ", ".join(sorted({p for _, p in entries})),
+        "stores": ", ".join(sorted({p for _, p, _ in entries})),
         "attnflow_version": __version__,
         "experiment_spec": spec.to_json(),
         **summary_versions(experiment),
         **(provenance or {}),
     })
-    write_store(summary, output, chunks="auto", replace=True, versions=summary_versions(experiment))
+    write_store(summary, output, chunks="auto", replace=True, versions=summary_versions(experiment),
+                meta={"failed_cells": summary.attrs["failed_cells"]})
     print(f"{experiment.name}: {len(entries)} grid points, {len(missing)} missing -> {output}")
     return summary
 

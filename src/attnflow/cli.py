@@ -10,42 +10,40 @@ from pathlib import Path
 STATES = ("done", "missing", "failed", "corrupt", "interrupted", "stale")
 
 
-def sweep_status(sweep) -> dict[str, dict]:
-    """Per experiment: its cells by state, each checked against its completion record (checksums) and
-    the current numerics version (``stale``: written under another)."""
-    from .sweep import cell_id, failure_path, store_path, verify_cell
+def sweep_status(sweep, deep: bool = False) -> dict[str, dict]:
+    """Per experiment: its cells by state, each batch's store checked as every start of the workflow
+    does (its size and time against its manifest), or against its completion record, every byte, with
+    ``deep``; ``stale``: written under another numerics version."""
+    from .sweep import cell_id
+    from .workflow import cell_states
 
+    cells = cell_states(sweep, checksums=deep)
     report = {}
     for name, points in sweep.points.items():
         states = {state: {} for state in STATES}
-        for cid, point in {cell_id(p.cell): p for p in points}.items():
-            state = verify_cell(store_path(sweep.stores, point.cell))
-            if state.status == "missing" and failure_path(sweep.stores, point.cell).exists():
-                error = json.loads(failure_path(sweep.stores, point.cell).read_text())["error"]
-                states["failed"][cid] = error
-            else:
-                states[state.status][cid] = state.detail
+        for cid in dict.fromkeys(cell_id(p.cell) for p in points):
+            states[cells[cid].status][cid] = cells[cid].detail
         report[name] = states
     return report
 
 
 def uncertified(sweep, bound: float) -> dict[str, dict[str, float]]:
-    """Per experiment: its finished stores whose accuracy certificate exceeds ``bound`` (or is not finite)."""
+    """Per experiment: its finished cells whose accuracy certificate exceeds ``bound`` (or is not finite)."""
     import math
 
-    import zarr
+    from .pack import group_attrs
+    from .sweep import cell_id
 
-    from .store import verify
-    from .sweep import cell_id, store_path
-
+    certificates = {}
+    for batch in sweep.batches:
+        for cid, attrs in group_attrs(sweep.layout.store(batch)).items():
+            certificates[cid] = attrs.get("certificate_error")
     report = {}
     for name, points in sweep.points.items():
-        for cid, point in {cell_id(p.cell): p for p in points}.items():
-            path = store_path(sweep.stores, point.cell)
-            if verify(path, checksums=False).ok:
-                value = zarr.open_group(str(path), mode="r").attrs.get("certificate_error")
-                if value is not None and not (math.isfinite(value) and value <= bound):
-                    report.setdefault(name, {})[cid] = value
+        for cid in dict.fromkeys(cell_id(p.cell) for p in points):
+            value = certificates.get(cid)
+            if value is not None and not (math.isfinite(value) and value <= bound):
+                report.setdefault(name, {})[cid] = value
     return report
 
 
@@ -63,7 +61,15 @@ def _status(args) -> int:
         return 2
     for name, why in sweep.skipped.items():
         print(f"attnflow status: skipping experiment {name}: {why}", file=sys.stderr)
-    report = sweep_status(sweep)
+    from .workflow import old_layout_stores
+
+    old = old_layout_stores(sweep)
+    if old:
+        print(f"attnflow status: {len(old)} stores in {sweep.stores} are in the layout of attnflow 0.1 "
+              "(a directory per cell), which this version does not read: their cells count as missing and "
+              "the next `snakemake` computes them again; delete those directories to free their files",
+              file=sys.stderr)
+    report = sweep_status(sweep, deep=args.deep)
     if any(states["corrupt"] for states in report.values()):
         # What status finds, the workflow must act on: bit rot (same size and time) passes the
         # start-up check, so the repair tickets are written here, from every byte. Not while a controller
@@ -75,7 +81,7 @@ def _status(args) -> int:
             print(f"attnflow status: a controller ({holder}) runs on {sweep.results}: no repair ticket "
                   "written; run status again once it ends", file=sys.stderr)
         else:
-            issue_repairs(sweep, checksums=True)
+            issue_repairs(sweep, checksums=args.deep)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -209,6 +215,9 @@ def main(argv=None) -> int:
     status.add_argument("--configfile", default="config/config.yaml")
     status.add_argument("--results", help="override the config's results directory")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--deep", action="store_true",
+                        help="read every byte of every store against its checksums (finds bit rot, which the "
+                             "check of sizes and times at every start cannot see)")
     status.add_argument("--cores", type=int, help="cores the run uses, for its ETA (default: all here)")
     status.add_argument("--certificate-bound", type=float, default=1e-4,
                         help="flag finished stores whose accuracy certificate exceeds this (default 1e-4)")

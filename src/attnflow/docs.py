@@ -88,6 +88,14 @@ ADDING = [
     "`unavailable(spec)` is separate: it returns why the experiment cannot run on this machine",
     "(say, optional weights not installed), and the sweep skips it with that reason.",
     "",
+    "The data methods: `reduce(ds)` receives cells of one shape stacked along `cell` (a batch's",
+    "store holds them so, `attnflow.pack`) and returns its few quantities per cell along `cell`;",
+    "reduce over named dimensions only, and read a cell's parameters with",
+    "`attnflow.pack.cell_values(ds, \"cell_beta\")`, not from `ds.attrs`",
+    "(`tests/test_pack.py` checks every experiment's `reduce` of many cells against each cell",
+    "alone). `derive(summary, spec)` adds what needs the whole grid: thresholds, fits, closed",
+    "forms. `plot(summary, spec)` draws the figure; import matplotlib there, not at module top.",
+    "",
 ]
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-STORE_SUFFIX = ".zarr"
-FAILURE_SUFFIX = ".failed.json"
+STORE_SUFFIX = ".zarr.zip"  # one file per store (attnflow.store); zarr's own name for a zipped hierarchy
+OLD_STORE_SUFFIX = ".zarr"  # attnflow 0.1: a directory per cell (or summary), no longer read
 FIGURE_FORMATS = ("png", "pdf")
 RULES = ("simulate", "aggregate", "plot")  # the workflow's job rules, each with its logs and benchmarks
 
@@ -30,18 +30,28 @@ class Layout:
 
     @property
     def stores(self) -> Path:
-        """The simulation stores, one per cell, named by cell id."""
+        """The simulation stores, one file per batch (its cells inside, by cell id)."""
         return self.results / "simulations"
 
-    def store(self, cell_id: str) -> Path:
-        return self.stores / f"{cell_id}{STORE_SUFFIX}"
+    def store(self, batch: str) -> Path:
+        return self.stores / f"{batch}{STORE_SUFFIX}"
 
-    def failure(self, cell_id: str) -> Path:
-        """A failed cell's error record (removed once the cell succeeds)."""
-        return self.stores / f"{cell_id}{FAILURE_SUFFIX}"
+    def old_stores(self) -> list[Path]:
+        """Stores of attnflow 0.1, a directory per cell, which nothing reads now (one listing)."""
+        try:
+            return sorted(p for p in self.stores.iterdir()
+                          if p.name.endswith(OLD_STORE_SUFFIX) and p.is_dir())
+        except OSError:
+            return []
+
+    def pending(self, batch: str) -> Path:
+        """The cells a running (or killed) simulate job has finished, one store each, until it packs
+        them into its batch's store: a killed job's successor resumes from them."""
+        return self.stores / ".pending" / batch
 
     def manifest(self, batch: str) -> Path:
-        """What a batch's simulate job finished and which of its cells failed: the job's output."""
+        """What a batch's simulate job finished (its store's cells, size and time) and which of its
+        cells failed, with their errors: the job's output."""
         return self.results / "manifests" / f"{batch}.json"
 
     def summary(self, experiment: str) -> Path:
@@ -82,9 +92,14 @@ class Layout:
         return self.results / ".attnflow.lock"
 
 
+def results_of(config: dict) -> Path:
+    """A config's results directory (``results``, relative to the working directory)."""
+    return Path(config.get("results", "results"))
+
+
 def store_id(store: str | Path) -> str:
-    """The cell id a simulation store's path names."""
+    """The batch (or experiment, for a summary) a store's path names."""
     return Path(store).name.removesuffix(STORE_SUFFIX)
 
 
-__all__ = ["FAILURE_SUFFIX", "FIGURE_FORMATS", "RULES", "STORE_SUFFIX", "Layout", "store_id"]
+__all__ = ["FIGURE_FORMATS", "OLD_STORE_SUFFIX", "RULES", "STORE_SUFFIX", "Layout", "results_of", "store_id"]

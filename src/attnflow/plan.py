@@ -29,8 +29,7 @@ import os
 from pathlib import Path
 
 from . import resources
-from .store import verify
-from .sweep import Sweep, cell_id, failure_path, store_path
+from .sweep import Sweep, cell_id
 
 # Measured on the tiny config's jobs (2 cores, kernels cached): a simulate job whose
 # cells take milliseconds runs 1.6-1.9 s (interpreter, imports, cached kernels loaded,
@@ -51,26 +50,13 @@ SIMULATE_THREADS = 2
 STATES = ("new", "done", "failed", "stale")
 
 
-def is_stale(sweep: Sweep, path: Path) -> bool:
-    """Hook: a complete store the next run recomputes anyway (say, one written by an older
-    numerics version). Nothing marks a store stale yet; when the workflow does, this reads the
-    same mark, and ``plan`` counts those cells as work."""
-    return False
-
-
 def cell_states(sweep: Sweep) -> dict[str, str]:
-    """Every cell id of the sweep -> new | done | failed | stale (the cheap check of every start)."""
-    states = {}
-    for cells in sweep.batches.values():
-        for cell in cells:
-            path = store_path(sweep.stores, cell)
-            if verify(path, checksums=False).ok:
-                states[cell_id(cell)] = "stale" if is_stale(sweep, path) else "done"
-            elif failure_path(sweep.stores, cell).exists():
-                states[cell_id(cell)] = "failed"
-            else:
-                states[cell_id(cell)] = "new"  # missing, interrupted or corrupt: computed by the next run
-    return states
+    """Every cell id of the sweep -> new | done | failed | stale (the cheap check of every start;
+    missing, interrupted or corrupt cells are new: the next run computes them)."""
+    from .workflow import cell_states as states_of
+
+    return {cid: state.status if state.status in ("done", "failed", "stale") else "new"
+            for cid, state in states_of(sweep).items()}
 
 
 @dataclasses.dataclass
@@ -234,4 +220,4 @@ def to_json(result: Plan) -> str:
 
 
 __all__ = ["COMPILE_SECONDS", "JOB_START_SECONDS", "MODEL_OVER_MEASURED", "Job", "Plan", "cell_states",
-           "engine_cached", "is_stale", "jobs", "makespan", "plan", "profile_settings", "render", "to_json"]
+           "engine_cached", "jobs", "makespan", "plan", "profile_settings", "render", "to_json"]

@@ -55,21 +55,31 @@ def rank(cell: Cell) -> int:
     return structure.rank(cell) if structure.rank else cell.d
 
 
-def cell_bytes(cell: Cell) -> int:
-    """Bytes of the arrays one cell's simulation holds: recorded variables, score matrices, buffers."""
+def recorded_bytes(cell: Cell) -> int:
+    """Bytes of the variables one cell records (what its store holds)."""
     sizes = {"head": cell.H, "token": cell.n, "dim": cell.d}
     per_sample = sum(int(np.prod([sizes[d] for d in v.dims], dtype=np.int64)) * np.dtype(v.dtype).itemsize
                      for v in variables(cell.observables))
-    recorded = cell.n_seeds * cell.n_samples * per_sample
+    return cell.n_seeds * cell.n_samples * per_sample
+
+
+def cell_bytes(cell: Cell) -> int:
+    """Bytes of the arrays one cell's simulation holds: recorded variables, score matrices, buffers."""
+    recorded = recorded_bytes(cell)
     matrices = 3 * head_entries(cell) * 8  # built, stacked, stored
     buffers = 2 * (4 * cell.H * cell.n * cell.n + 8 * cell.H * cell.n * cell.d) * 8  # two threads
     return int(recorded + matrices + buffers)
 
 
 def memory_mb(cells: Iterable[Cell], attempt: int = 1) -> int:
-    """Peak memory request of a job simulating ``cells`` (one after another), doubled per retry."""
+    """Peak memory request of a job simulating ``cells`` (one after another), doubled per retry.
+
+    The job keeps every finished cell until it writes its batch's store (one file): three copies
+    of what the cells record (the datasets, their stack by shape, the encoded bytes)."""
+    cells = list(cells)
     worst = max((cell_bytes(c) for c in cells), default=0)
-    return int((BASELINE_MB + ARRAY_FACTOR * worst / 2**20) * 2 ** (attempt - 1)) + 1
+    held = 3 * sum(recorded_bytes(c) for c in cells)
+    return int((BASELINE_MB + (ARRAY_FACTOR * worst + held) / 2**20) * 2 ** (attempt - 1)) + 1
 
 
 def stiffness(cell: Cell) -> float:
@@ -115,4 +125,4 @@ def runtime_minutes(cells: Iterable[Cell], attempt: int = 1) -> int:
     return max(MIN_MINUTES, int(np.ceil(seconds / 60.0))) * 2 ** (attempt - 1)
 
 
-__all__ = ["cell_bytes", "cell_seconds", "memory_mb", "runtime_minutes", "steps"]
+__all__ = ["cell_bytes", "cell_seconds", "memory_mb", "recorded_bytes", "runtime_minutes", "steps"]

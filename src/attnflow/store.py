@@ -1,12 +1,17 @@
-"""Zarr stores that are complete or absent.
+"""Zarr stores that are complete or absent, each one file.
 
-A store is written into a temporary directory of its own, finished with a
-completion record (every file's size and SHA-256, every variable's shape and
-dtype), and published by one atomic rename. Completeness is that record, never
-the directory's name: ``verify`` checks a store against it and names the
-variable or chunk that differs. When two writers race on one cell, the first
-rename wins; the other finds a complete store and discards its copy.
-Summaries are written the same way.
+A store is a zip file holding a zarr (format 2) hierarchy: one or more groups
+of xarray datasets (a batch's cells, by shape; a summary), their metadata
+consolidated. It is encoded in memory, written to a temporary file of its own
+with a completion record (every member's size and SHA-256, the versions it was
+written under), and published by one atomic rename. Completeness is that
+record, never the file's name: ``verify`` checks a store against it and names
+the variable or chunk that differs. When two writers race on one store, the
+first rename wins; the other finds a complete store and discards its copy.
+
+One file per store, not a directory of ~60: a sweep of 100,000 cells on a
+cluster file system would otherwise hold millions of small files (inode quotas,
+metadata servers), and every start of the workflow would stat them all.
 """
 
 from __future__ import annotations
@@ -15,19 +20,21 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import socket
-import stat
 import time
 import uuid
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import xarray as xr
 import zarr
 
 RECORD = "attnflow-complete.json"
-_FORMAT = 1
+_FORMAT = 2  # 1: a directory per store (attnflow 0.1), no longer read
 PARTIAL = ".partial-"
+# Fixed member times: the same data gives the same bytes (zip records a time per member).
+_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 class CorruptStore(RuntimeError):
@@ -40,192 +47,207 @@ class StaleStore(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class StoreState:
-    status: str  # done | missing | corrupt | interrupted | stale
+    status: str  # done | missing | corrupt | interrupted | stale (| failed, for a cell: see workflow)
     detail: str = ""
+    damaged: tuple[str, ...] = ()  # the groups whose members differ (a corrupt store read whole)
 
     @property
     def ok(self) -> bool:
         return self.status == "done"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-# Snakemake stamps the directories it declares as outputs; not part of the data.
-_IGNORED = (RECORD, ".snakemake_timestamp")
-
-
-def _files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name not in _IGNORED)
-
-
 def partials(path: Path) -> list[Path]:
-    """Temporary directories of writers of ``path`` (finished, running or killed)."""
+    """Temporary files of writers of ``path`` (finished, running or killed)."""
+    path = Path(path)
     return sorted(path.parent.glob(path.name + PARTIAL + "*"))
 
 
-def write(ds: xr.Dataset, path: str | Path, *, chunks: str = "whole", replace: bool = False,
-          versions: dict | None = None) -> bool:
-    """Write ``ds`` so that ``path`` exists only complete; return False if another writer got there first.
+def _encode(groups: Mapping[str, xr.Dataset], chunks: str) -> dict[str, bytes]:
+    """Every group encoded by xarray into one in-memory zarr hierarchy: member name -> bytes."""
+    buffers: dict = {}
+    memory = zarr.storage.MemoryStore(store_dict=buffers)
+    for name, ds in groups.items():
+        ds = ds.drop_encoding()  # a dataset read from a store carries that store's chunking
+        encoding = {v: {"chunks": var.shape} for v, var in ds.data_vars.items() if var.ndim} \
+            if chunks == "whole" else None
+        ds.to_zarr(memory, group=name or None, mode="a" if buffers else "w", encoding=encoding,
+                   consolidated=False, zarr_format=2)
+    # Zarr format 2: string coordinates and consolidated metadata are stable there (zarr 3 warns
+    # that both are not yet part of the v3 spec).
+    zarr.consolidate_metadata(memory, zarr_format=2)
+    return {key: buffer.to_bytes() for key, buffer in sorted(buffers.items())}
 
-    ``chunks="whole"`` stores each variable as one chunk (a store is one cell,
-    read whole). An existing store at ``path`` that is not complete, or whose
-    record holds other ``versions`` (stale), is always replaced; a complete,
-    current one only with ``replace`` (summaries), otherwise it wins (two
-    writers of one cell write the same numbers). ``versions`` (say the numerics
-    version) go into the completion record, where ``verify(expect=...)`` reads them.
+
+def write(data: xr.Dataset | Mapping[str, xr.Dataset], path: str | Path, *, chunks: str = "whole",
+          replace: bool = False, versions: dict | None = None, meta: dict | None = None) -> bool:
+    """Write a dataset (or named groups of datasets) so that ``path`` exists only complete; return
+    False if another writer got there first.
+
+    ``chunks="whole"`` stores each variable as one chunk (stores are read whole).
+    An existing store at ``path`` that is not complete, or whose record holds
+    other ``versions`` (stale), is always replaced; a complete, current one only
+    with ``replace``, otherwise it wins (two writers of one store write the same
+    numbers). ``versions`` (say the numerics version) and ``meta`` go into the
+    completion record, where ``verify(expect=...)`` and ``record_of`` read them.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    groups = {"": data} if isinstance(data, xr.Dataset) else dict(data)
+    members = _encode(groups, chunks)
     tmp = path.with_name(f"{path.name}{PARTIAL}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    encoding = {name: {"chunks": var.shape} for name, var in ds.data_vars.items() if var.ndim} \
-        if chunks == "whole" else None
-    # The store is encoded in memory (zarr's per-operation overhead on a local
-    # directory doubled the cost), then written file by file and checksummed from
-    # the same bytes. Zarr format 2: string coordinates and consolidated metadata
-    # are stable there (zarr 3 warns that both are not yet part of the v3 spec).
-    buffers: dict = {}
-    ds.to_zarr(zarr.storage.MemoryStore(store_dict=buffers), mode="w", encoding=encoding,
-               consolidated=True, zarr_format=2)
     try:
-        files = {}
-        for key, buffer in sorted(buffers.items()):
-            data = buffer.to_bytes()
-            target = tmp / key
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            files[key] = {"size": len(data), "mtime_ns": target.stat().st_mtime_ns,
-                          "sha256": hashlib.sha256(data).hexdigest()}
-        if os.environ.get("ATTNFLOW_FAULT") == "hang-before-rename":
-            time.sleep(3600)  # fault injection for the kill-and-resume test: a writer stuck mid-write
-        _write_record(ds, tmp, files, versions or {})
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as zf:
+            for key, data_bytes in members.items():
+                zf.writestr(zipfile.ZipInfo(key, _EPOCH), data_bytes)
+            if os.environ.get("ATTNFLOW_FAULT") == "hang-before-rename":
+                time.sleep(3600)  # fault injection for the kill-and-resume test: a writer stuck mid-write
+            record = {**(versions or {}), **(meta or {}), "format": _FORMAT,
+                      "groups": sorted(groups),
+                      "members": {k: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()}
+                                  for k, b in members.items()}}
+            zf.writestr(zipfile.ZipInfo(RECORD, _EPOCH), json.dumps(record, indent=1, sort_keys=True))
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
         return _publish(tmp, path, replace, versions or {})
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
         if path.exists():
             _remove_dead_partials(path)
 
 
-def _write_record(ds: xr.Dataset, root: Path, files: dict, versions: dict) -> None:
-    record = {
-        **versions,
-        "format": _FORMAT,
-        "variables": {name: {"shape": list(var.shape), "dtype": str(var.dtype)}
-                      for name, var in ds.variables.items()},
-        "files": files,
-    }
-    tmp = root / (RECORD + ".tmp")
-    with tmp.open("w") as fh:
-        json.dump(record, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.rename(root / RECORD)
-
-
 def _publish(tmp: Path, path: Path, replace: bool, versions: dict) -> bool:
-    for _ in range(3):
+    if not path.exists():
         try:
-            tmp.rename(path)  # atomic; fails if path exists (and is not empty)
-        except OSError:
-            if not replace and verify(path, checksums=False, expect=versions).ok:
-                return False  # another writer finished first: its store is the same cell
-            # A stale, damaged or replaced store: move it aside, then retry.
-            trash = path.with_name(f"{path.name}.trash-{uuid.uuid4().hex[:8]}")
-            try:
-                path.rename(trash)
-            except FileNotFoundError:
-                continue
-            shutil.rmtree(trash, ignore_errors=True)
-            continue
-        _remove_dead_partials(path)
-        return True
-    raise OSError(f"{path}: could not publish the store (another writer keeps replacing it)")
+            os.link(tmp, path)  # atomic, and fails if path exists: the first writer wins
+            _remove_dead_partials(path)
+            return True
+        except FileExistsError:
+            pass
+    if not replace and verify(path, checksums=False, expect=versions).ok:
+        return False  # another writer finished first: its store holds the same numbers
+    os.replace(tmp, path)  # a stale, damaged or replaced store: swapped atomically
+    _remove_dead_partials(path)
+    return True
 
 
 def _remove_dead_partials(path: Path) -> None:
-    """Remove temporary directories left by killed writers of ``path`` on this host.
+    """Remove temporary files left by killed writers of ``path`` on this host.
 
-    A live writer's directory is left alone (it will find the store complete and
+    A live writer's file is left alone (it will find the store complete and
     discard its copy); so is one from another host, whose writer this process
     cannot check.
     """
     host = socket.gethostname()
     for stale in partials(path):
         writer = stale.name[len(path.name) + len(PARTIAL):]
-        name, _, rest = writer.rpartition("-")  # host-pid-random
+        name, _, _rest = writer.rpartition("-")  # host-pid-random
         writer_host, _, pid = name.rpartition("-")
         if writer_host != host or not pid.isdigit():
             continue
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            shutil.rmtree(stale, ignore_errors=True)
+            stale.unlink(missing_ok=True)
         except PermissionError:
             pass  # alive, another user's
+
+
+def _read_record(zf: zipfile.ZipFile) -> dict | None:
+    try:
+        record = json.loads(zf.read(RECORD))
+        record["members"].items()
+        return record
+    except (KeyError, ValueError, AttributeError, TypeError, zipfile.BadZipFile):
+        return None
 
 
 def verify(path: str | Path, *, checksums: bool = True, expect: dict | None = None) -> StoreState:
     """Check a store against its completion record.
 
-    ``checksums=False`` is the cheap check the workflow runs at every start:
-    sizes, plus the checksum of any file whose modification time is not the
-    recorded one (it was written since, or copied without its times). With
-    ``checksums`` every byte is read. ``expect``: versions the record must hold
-    (a record without one holds none); an intact store that differs is
-    ``stale``, its detail naming the version it was written under.
+    ``checksums=False`` is the cheap check: the zip's directory and the record
+    (every member there, with its recorded size). With ``checksums`` every byte
+    is read and hashed. ``expect``: versions the record must hold (a record
+    without one holds none); an intact store that differs is ``stale``, its
+    detail naming the version it was written under.
     """
     path = Path(path)
     if not path.exists():
         return StoreState("interrupted" if partials(path) else "missing")
-    record_path = path / RECORD
     try:
-        record = json.loads(record_path.read_text())
-        files = record["files"]
-    except (OSError, ValueError, KeyError):
-        return StoreState("corrupt", f"no readable completion record ({RECORD})")
-    for rel, meta in files.items():
-        f = path / rel
-        try:
-            st = f.stat()  # once per file: the workflow runs this over every store at each start
-        except OSError:
-            st = None
-        if st is None or not stat.S_ISREG(st.st_mode):
-            return StoreState("corrupt", f"{_describe(rel)} is missing")
-        if st.st_size != meta["size"]:
-            return StoreState("corrupt", f"{_describe(rel)} has {st.st_size} bytes, "
-                                         f"{meta['size']} were written")
-        touched = st.st_mtime_ns != meta.get("mtime_ns")
-        if (checksums or touched) and _sha256(f) != meta["sha256"]:
-            return StoreState("corrupt", f"{_describe(rel)} does not match its checksum")
-    extra = [str(p.relative_to(path)) for p in _files(path) if str(p.relative_to(path)) not in files]
+        with zipfile.ZipFile(path) as zf:
+            record = _read_record(zf)
+            if record is None:
+                return StoreState("corrupt", f"no readable completion record ({RECORD})")
+            members = record["members"]
+            sizes = {info.filename: info.file_size for info in zf.infolist()}
+            bad = {}
+            for name, meta in members.items():
+                if name not in sizes:
+                    bad[name] = "is missing"
+                elif sizes[name] != meta["size"]:
+                    bad[name] = f"has {sizes[name]} bytes, {meta['size']} were written"
+                elif checksums and _sha256(zf, name) != meta["sha256"]:
+                    bad[name] = "does not match its checksum"
+            extra = sorted(set(sizes) - set(members) - {RECORD})
+    except (OSError, zipfile.BadZipFile, EOFError) as err:
+        return StoreState("corrupt", f"not a readable zip file ({err})")
+    if bad:
+        first = sorted(bad)[0]
+        groups = tuple(sorted({_group_of(name, record["groups"]) for name in bad}))
+        return StoreState("corrupt", f"{_describe(first)} {bad[first]}", groups)
     if extra:
-        return StoreState("corrupt", f"unrecorded file {extra[0]}")
+        return StoreState("corrupt", f"unrecorded member {extra[0]}")
     for key, want in (expect or {}).items():
         if record.get(key) != want:
             return StoreState("stale", f"written under {key} {record.get(key)}, now {want}")
     return StoreState("done")
 
 
+def _sha256(zf: zipfile.ZipFile, name: str) -> str | None:
+    try:
+        return hashlib.sha256(zf.read(name)).hexdigest()
+    except zipfile.BadZipFile:  # the zip's own CRC-32 check failed first
+        return None
+
+
+def _group_of(member: str, groups) -> str:
+    """The group a member belongs to ("" for the root's, which every group needs)."""
+    head = member.split("/", 1)[0]
+    return head if "/" in member and head in groups else ""
+
+
+def _describe(member: str) -> str:
+    parts = member.split("/")
+    if len(parts) >= 2 and not parts[-1].startswith("."):
+        where = f" of group {parts[-3]}" if len(parts) >= 3 else ""
+        return f"variable {parts[-2]!r}{where} chunk {parts[-1]}"
+    if len(parts) >= 2:
+        return f"variable {parts[-2]!r} metadata {parts[-1]}"
+    return f"member {member}"
+
+
 def record_of(path: str | Path) -> dict:
     """A store's completion record (empty if it has none readable)."""
     try:
-        return json.loads((Path(path) / RECORD).read_text())
-    except (OSError, ValueError):
+        with zipfile.ZipFile(path) as zf:
+            return _read_record(zf) or {}
+    except (OSError, zipfile.BadZipFile, EOFError):
         return {}
 
 
-def _describe(rel: str) -> str:
-    parts = Path(rel).parts
-    if len(parts) >= 2 and not parts[-1].startswith("."):
-        return f"variable {parts[0]!r} chunk {parts[-1]}"
-    if len(parts) >= 2:
-        return f"variable {parts[0]!r} metadata {parts[-1]}"
-    return f"file {rel}"
+def read_members(path: str | Path) -> dict[str, bytes]:
+    """Every member of a store, read in one pass (zip checks each member's CRC-32)."""
+    with zipfile.ZipFile(path) as zf:
+        return {name: zf.read(name) for name in zf.namelist() if name != RECORD}
+
+
+def open_members(members: Mapping[str, bytes], group: str = "", **kwargs) -> xr.Dataset:
+    """A group of a store already read into memory, opened by xarray (lazily, from memory)."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    wrap = default_buffer_prototype().buffer.from_bytes
+    memory = zarr.storage.MemoryStore(store_dict={k: wrap(v) for k, v in members.items()}, read_only=True)
+    return xr.open_zarr(memory, group=group or None, consolidated=True, **kwargs)
 
 
 def quarantine(path: str | Path) -> Path:
@@ -236,16 +258,43 @@ def quarantine(path: str | Path) -> Path:
     return aside
 
 
-def open_verified(path: str | Path, expect: dict | None = None, **kwargs) -> xr.Dataset:
-    """Open a store after verifying it; ``CorruptStore`` (``StaleStore`` for other ``expect``ed
-    versions) naming it and what differs otherwise."""
+def check(path: str | Path, expect: dict | None = None) -> None:
+    """Verify a store, every byte; ``CorruptStore`` (``StaleStore`` for other ``expect``ed versions)
+    naming it and what differs."""
     state = verify(path, expect=expect)
     if state.status == "stale":
         raise StaleStore(f"{path}: stale ({state.detail})")
     if not state.ok:
         raise CorruptStore(f"{path}: {state.status}" + (f" ({state.detail})" if state.detail else ""))
-    return xr.open_zarr(path, consolidated=True, **kwargs)
 
 
-__all__ = ["CorruptStore", "RECORD", "StaleStore", "StoreState", "open_verified", "partials", "quarantine",
-           "record_of", "verify", "write"]
+def load(path: str | Path, expect: dict | None = None) -> tuple[dict, dict[str, bytes]]:
+    """A store's record and members, read once and checked against the record, every byte; raises
+    as ``check`` does."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            record = _read_record(zf)
+            members = {name: zf.read(name) for name in zf.namelist() if name != RECORD}
+    except (OSError, zipfile.BadZipFile, EOFError):
+        check(path, expect)  # names what is wrong (missing, interrupted, unreadable)
+        raise
+    if record is None or set(members) != set(record["members"]) or any(
+            hashlib.sha256(members[name]).hexdigest() != meta["sha256"]
+            for name, meta in record["members"].items()):
+        check(path, expect)
+        raise CorruptStore(f"{path}: corrupt")
+    for key, want in (expect or {}).items():
+        if record.get(key) != want:
+            raise StaleStore(f"{path}: stale (written under {key} {record.get(key)}, now {want})")
+    return record, members
+
+
+def open_verified(path: str | Path, expect: dict | None = None, group: str = "", **kwargs) -> xr.Dataset:
+    """Open a store (one group of it) after verifying it, every byte: see ``check``."""
+    return open_members(load(path, expect)[1], group, **kwargs)
+
+
+__all__ = ["CorruptStore", "RECORD", "StaleStore", "StoreState", "check", "load", "open_members",
+           "open_verified",
+           "partials", "quarantine", "read_members", "record_of", "verify", "write"]

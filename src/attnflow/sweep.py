@@ -21,12 +21,16 @@ import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .cell import Cell
 from .experiments import Spec
-from .layout import FAILURE_SUFFIX, STORE_SUFFIX, Layout, store_id
+from .layout import STORE_SUFFIX, Layout, results_of
 from .store import StoreState, write
 from .store import verify as verify_store
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def config_digest(config: dict) -> str:
@@ -37,7 +41,7 @@ def config_digest(config: dict) -> str:
 def cell_id(cell: Cell) -> str:
     """Stable short name of a cell: a hash of every field (values normalised by ``Cell``) and of
     the content of any file it reads (so editing a weights file in place makes new stores)."""
-    text = json.dumps(cell.to_dict(), sort_keys=True) + cell.input_digest()
+    text = cell.canonical_json() + cell.input_digest()  # the JSON cached on the cell
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -55,27 +59,9 @@ def summary_versions(experiment) -> dict:
     return {**store_versions(), "reduction_version": experiment.reduction_version}
 
 
-def verify_cell(path: str | Path, *, checksums: bool = True) -> StoreState:
-    """``store.verify`` of a simulation store, which is also ``stale`` when another numerics wrote it."""
+def verify_batch(path: str | Path, *, checksums: bool = True) -> StoreState:
+    """``store.verify`` of a batch's store, which is also ``stale`` when another numerics wrote it."""
     return verify_store(path, checksums=checksums, expect=store_versions())
-
-
-def store_path(root: str | Path, cell: Cell) -> Path:
-    return Path(root) / f"{cell_id(cell)}{STORE_SUFFIX}"
-
-
-def failure_path(root: str | Path, cell: Cell) -> Path:
-    """Where a failed cell's error is recorded (removed once the cell succeeds)."""
-    return Path(root) / f"{cell_id(cell)}{FAILURE_SUFFIX}"
-
-
-def failure_of(store: str | Path) -> dict | None:
-    """The failure record beside a simulation store's path (None if its cell has not failed)."""
-    store = Path(store)
-    try:
-        return json.loads(store.with_name(store_id(store) + FAILURE_SUFFIX).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def describe_failures(failed: list[dict]) -> str:
@@ -136,6 +122,7 @@ class Sweep:
     points: dict[str, list[Point]]
     batches: dict[str, list[Cell]]  # batch name -> cells it owns (each cell id in one batch)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # experiment -> why it cannot run
+    owner: dict[str, str] = dataclasses.field(default_factory=dict)  # cell id -> the batch that owns it
 
     @classmethod
     def from_config(cls, config: dict, experiments) -> Sweep:
@@ -153,18 +140,22 @@ class Sweep:
         needs it."""
         specs = {name: spec for name, spec in specs.items() if name not in skipped}
         batches: dict[str, list[Cell]] = {}
-        owned: set[str] = set()
+        owner: dict[str, str] = {}
         for name, spec in specs.items():
+            keys: dict[tuple, str] = {}  # batch names by the coordinates they hold fixed (named once)
             for p in points[name]:
                 cid = cell_id(p.cell)
-                if cid not in owned:
-                    owned.add(cid)
-                    batches.setdefault(_batch_key(spec, p.coords), []).append(p.cell)
-        return cls(config, experiments, specs, points, batches, skipped)
+                if cid not in owner:
+                    fixed = tuple(repr(v) for k, v in p.coords.items() if k not in spec.batch_over)
+                    if fixed not in keys:
+                        keys[fixed] = _batch_key(spec, p.coords)
+                    owner[cid] = batch = keys[fixed]
+                    batches.setdefault(batch, []).append(p.cell)
+        return cls(config, experiments, specs, points, batches, skipped, owner)
 
     @property
     def results(self) -> Path:
-        return Path(self.config.get("results", "results"))
+        return results_of(self.config)
 
     @property
     def layout(self) -> Layout:
@@ -175,21 +166,29 @@ class Sweep:
     def stores(self) -> Path:
         return self.layout.stores
 
-    def entries(self, name: str) -> list[tuple[dict, str]]:
-        """``(grid coordinates, store path)`` of every grid point of an experiment."""
-        return [(p.coords, str(store_path(self.stores, p.cell))) for p in self.points[name]]
+    def store_of(self, cell: Cell) -> Path:
+        """The store holding a cell: its owning batch's."""
+        return self.layout.store(self.owner[cell_id(cell)])
+
+    def entries(self, name: str) -> list[tuple[dict, str, str]]:
+        """``(grid coordinates, store path, cell id)`` of every grid point of an experiment."""
+        out = []
+        for p in self.points[name]:
+            cid = cell_id(p.cell)
+            out.append((p.coords, str(self.layout.store(self.owner[cid])), cid))
+        return out
 
     def batches_of(self, name: str) -> list[str]:
         """The batches holding an experiment's cells (its own and those it shares)."""
-        ids = {cell_id(p.cell) for p in self.points[name]}
-        return sorted(b for b, cells in self.batches.items() if ids & {cell_id(c) for c in cells})
+        return sorted({self.owner[cell_id(p.cell)] for p in self.points[name]})
 
 
 @dataclasses.dataclass
 class BatchResult:
-    """What ``run_batch`` leaves: every cell's store path, and the cells that failed (id -> error)."""
+    """What ``run_batch`` leaves: the batch's store, the cells it holds, those that failed (id -> error)."""
 
-    paths: list[Path]
+    path: Path
+    cells: dict[str, str]  # cell id -> its group in the store
     failed: dict[str, str]
 
 
@@ -198,58 +197,126 @@ class BatchResult:
 CELL_ERRORS = (ArithmeticError, SystemError)
 
 
-def run_batch(cells: Iterable[Cell], root: str | Path, log=print, provenance=None) -> BatchResult:
-    """Simulate every cell whose store under ``root`` is not complete; every cell's store path and
-    the failures.
+def stored_cells(path: str | Path, state: StoreState | None = None) -> dict[str, xr.Dataset]:
+    """The cells of a batch's store that can be trusted (id -> dataset, loaded): all of a complete
+    store's, those of a corrupt store's intact groups, none of a stale or unreadable one's."""
+    from .pack import split
+    from .store import open_members, read_members, record_of
 
-    A complete store (its completion record matches, every byte checked) is skipped;
-    a missing, interrupted, corrupt or stale one (another numerics version) is
-    computed again. A cell that fails (``SimulationError``: step budget,
-    non-finite values; or an arithmetic error in the compiled code) leaves no
-    store and a failure record (``Layout.failure``) with its error, and the batch goes on:
-    one bad cell costs its own point of the figure, not the figure.
-    """
-    from .simulation import SimulationError, describe, simulate  # the engine loads only where it runs
-
-    paths, failed = [], {}
-    cells = list(cells)
-    Path(root).mkdir(parents=True, exist_ok=True)
-    for i, cell in enumerate(cells, 1):
-        path = store_path(root, cell)
-        paths.append(path)
-        # Every byte: a job reads its own stores once. The start-up check reads sizes and
-        # times only; bit rot reaches this job through the ticket `attnflow status` writes.
-        state = verify_cell(path, checksums=True)
-        if state.ok:
-            log(f"[{i}/{len(cells)}] {path.name}: complete, skipped")
+    state = state or verify_batch(path)
+    if state.status not in ("done", "corrupt"):
+        return {}
+    try:
+        members = read_members(path)
+        groups = record_of(path).get("groups", [])
+    except Exception:  # noqa: BLE001 -- unreadable as a whole: nothing in it is trusted
+        return {}
+    if "" in state.damaged:  # the root's metadata: no group can be opened from it
+        return {}
+    cells = {}
+    for group in groups:
+        if group in state.damaged:
             continue
-        if state.status in ("corrupt", "stale"):
-            log(f"[{i}/{len(cells)}] {path.name}: {state.status} ({state.detail}), recomputing")
+        with open_members(members, group, chunks=None) as ds:
+            cells.update(split(ds.load()))
+    return cells
+
+
+def _pending_cells(directory: Path) -> dict[str, xr.Dataset]:
+    """The cells a killed job checkpointed before it could write its batch's store (complete,
+    current stores only)."""
+    cells = {}
+    for path in sorted(directory.glob(f"*{STORE_SUFFIX}")):
+        cells.update(stored_cells(path))
+    return cells
+
+
+# A running job checkpoints the cells it finished (one store in ``Layout.pending``) at most this
+# often: a job killed mid-batch loses at most this much work, and a batch of many cheap cells does
+# not write a file per cell.
+CHECKPOINT_SECONDS = 60.0
+
+
+def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, provenance=None) -> BatchResult:
+    """Simulate a batch's cells that its store does not hold, and write its store with all of them.
+
+    The store's cells are reused if its record matches (every byte checked):
+    all of a complete store's, the intact groups' of a corrupt one (the damaged
+    ones are computed again), none of a stale one's (another numerics version).
+    The cells computed are checkpointed into ``Layout.pending`` (a store each
+    ``CHECKPOINT_SECONDS``), so a job killed mid-batch loses at most that much
+    work; the batch's store is written when every cell is done, and the
+    checkpoints removed. A cell that
+    fails (``SimulationError``: step budget, non-finite values; or an arithmetic
+    error in the compiled code) is left out, its error returned, and the batch
+    goes on: one bad cell costs its own point of the figure, not the figure.
+    """
+    import shutil
+
+    from .pack import group_cells, placement
+    from .simulation import SimulationError, describe, simulate  # the engine loads only where it runs
+    from .store import record_of
+
+    path, pending = layout.store(batch), layout.pending(batch)
+    cells = list(cells)
+    ids = [cell_id(c) for c in cells]
+    # Every byte: a job reads its own store once. The start-up check reads sizes and times
+    # only; bit rot reaches this job through the ticket `attnflow status` writes.
+    state = verify_batch(path)
+    if state.status in ("corrupt", "stale"):
+        log(f"{path.name}: {state.status} ({state.detail}); its "
+            + ("intact cells are kept" if state.status == "corrupt" else "cells are computed again"))
+    have = stored_cells(path, state)
+    stored = set(have)
+    resumed = {cid: ds for cid, ds in _pending_cells(pending).items() if cid not in have}
+    have.update(resumed)
+    failed = {}
+    unsaved: dict = {}  # computed since the last checkpoint
+    last_checkpoint = time.monotonic()
+    for i, (cell, cid) in enumerate(zip(cells, ids, strict=True), 1):
+        if cid in have:
+            log(f"[{i}/{len(cells)}] {cid}: complete" + (", skipped" if cid in stored else
+                                                          " (finished by a killed job), skipped"))
+            continue
         start = time.perf_counter()
         try:
             ds = simulate(cell)
         except (SimulationError, *CELL_ERRORS) as err:
             error = str(err) if isinstance(err, SimulationError) else \
                 f"{describe(cell)}: {type(err).__name__} in the simulation: {err}"
-            failure_path(root, cell).write_text(json.dumps(
-                {"cell_id": cell_id(cell), "cell": cell.to_dict(), "error": error}, indent=1))
-            failed[cell_id(cell)] = error
-            log(f"[{i}/{len(cells)}] {path.name}: FAILED: {error}")
+            failed[cid] = error
+            log(f"[{i}/{len(cells)}] {cid}: FAILED: {error}")
             continue
         elapsed = time.perf_counter() - start
-        ds.attrs.update({"cell_id": cell_id(cell), **store_versions(), **(provenance or {})})
-        # A store found corrupt is replaced even where the publisher's cheap check (sizes and
-        # times) would take it for complete, as it does bit rot.
-        fresh = write(ds, path, versions=store_versions(), replace=state.status == "corrupt")
-        failure_path(root, cell).unlink(missing_ok=True)
-        log(f"[{i}/{len(cells)}] {path.name}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
-            f"computed in {elapsed:.3f} s, " + ("written" if fresh else "already written by another job"))
+        ds.attrs.update({"cell_id": cid, **store_versions(), **(provenance or {})})
+        have[cid] = unsaved[cid] = ds
+        log(f"[{i}/{len(cells)}] {cid}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
+            f"computed in {elapsed:.3f} s")
+        if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS and i < len(cells):
+            groups = group_cells(unsaved)
+            write(groups, pending / f"{cid}{STORE_SUFFIX}", versions=store_versions(), replace=True,
+                  meta={"batch": batch, "cells": placement(groups)})
+            log(f"checkpoint: {len(unsaved)} cells kept in {pending}")
+            unsaved, last_checkpoint = {}, time.monotonic()
+    done = [cid for cid in dict.fromkeys(ids) if cid in have]
+    if not done:
+        path.unlink(missing_ok=True)  # every cell failed: no store
+        placed = {}
+    elif state.ok and stored == set(done):
+        placed = record_of(path)["cells"]  # nothing new: the store stays as it is
+    else:
+        groups = group_cells({cid: have[cid] for cid in done})
+        placed = placement(groups)
+        write(groups, path, versions=store_versions(), replace=True, meta={"batch": batch, "cells": placed})
+        log(f"{path.name}: {len(done)} cells written ({len(set(done) - stored)} new)")
+    shutil.rmtree(pending, ignore_errors=True)
     if failed:
         log(f"{len(failed)} of {len(cells)} cells FAILED (recorded in the manifest; the next snakemake "
             "retries them once)")
-    return BatchResult(paths, failed)
+    return BatchResult(path, placed, failed)
 
 
-__all__ = ["BatchResult", "CELL_ERRORS", "Point", "STORE_SUFFIX", "Sweep", "cell_id", "config_digest",
-           "describe_failures", "failure_of", "failure_path", "point", "resolve", "run_batch", "spec_points",
-           "store_path", "store_versions", "summary_versions", "verify_cell"]
+__all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "Point", "STORE_SUFFIX", "Sweep", "cell_id",
+           "config_digest",
+           "describe_failures", "point", "resolve", "run_batch", "spec_points", "store_versions",
+           "stored_cells", "summary_versions", "verify_batch"]

@@ -7,6 +7,7 @@ makes it testable without Snakemake.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -19,9 +20,11 @@ from .config import load as load_config
 from .config import validate
 from .errors import ConfigError
 from .experiments import Spec
-from .layout import Layout
+from .layout import Layout, results_of
 from .store import StoreState, record_of
-from .sweep import Sweep, cell_id, config_digest, store_path, summary_versions, verify_cell
+from .sweep import Sweep, cell_id, config_digest, summary_versions, verify_batch
+
+MANIFEST_FORMAT = 2  # 1: attnflow 0.1, a store per cell (its manifests listed them under "stores")
 
 
 def sweep_from_workflow(config: dict, configfiles=()) -> Sweep:
@@ -138,34 +141,110 @@ def _inherited_lock(path: Path) -> int | None:
     return None
 
 
-def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
-    """Batches whose manifest lists a store that is now missing, does not match its record, or is
-    stale (written under another numerics version), or a cell that failed.
+def read_manifest(sweep: Sweep, batch: str) -> dict | None:
+    """A batch's manifest (None if it has none, or an unreadable one: the batch runs anyway)."""
+    try:
+        record = json.loads(sweep.layout.manifest(batch).read_text())
+        return record if isinstance(record, dict) else None
+    except (OSError, ValueError):
+        return None
 
-    Only the stores the manifest lists (what the batch finished): a batch that
-    gained cells reruns anyway, its parameters changed. Sizes and the bytes of
-    files written since the record: cheap enough for every start of the workflow;
-    ``checksums`` reads every byte (``attnflow status``, which so finds bit rot).
-    A failed cell (state ``failed``, its error as detail) is retried once per
-    run: its ticket is tied to the manifest's time, which the retry renews.
+
+def batch_health(sweep: Sweep, batch: str, record: dict,
+                 checksums: bool = False) -> list[tuple[str, StoreState]]:
+    """What is wrong with a finished batch (its manifest ``record``): its store (missing, damaged, stale,
+    or another file than the one the manifest records) and its failed cells, as (path, state) pairs.
+
+    Cheap unless ``checksums``: one ``stat`` of the store against the size and time the manifest
+    recorded, and its zip directory and record (the versions); only a store whose size or time
+    differs is read, every byte.
+    """
+    store = sweep.layout.store(batch)
+    if record.get("format") != MANIFEST_FORMAT:
+        return [(str(store), StoreState("stale", "written by attnflow 0.1, one store per cell, which this "
+                                                 "version does not read"))]
+    problems = []
+    if record.get("cells"):
+        try:
+            st = store.stat()
+            seen = (st.st_size, st.st_mtime_ns) == (record.get("size"), record.get("mtime_ns"))
+        except OSError:
+            seen = False
+        # Size and time as recorded: still the record's versions (zip directory and record, no checksums),
+        # so a store an older numerics wrote (its manifest matching it) is stale, not reused.
+        state = verify_batch(store, checksums=checksums or not seen)
+        if state.ok and not seen:
+            state = StoreState("corrupt", "not the file its manifest records (replaced since)")
+        if not state.ok:
+            problems.append((str(store), state))
+    problems += [(f"{store}:{cid}", StoreState("failed", str(error)))
+                 for cid, error in sorted((record.get("failed") or {}).items())]
+    return problems
+
+
+def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
+    """Batches whose store is now missing, does not match its record, or is stale (written under
+    another numerics version), or that have a failed cell: batch -> problems (``batch_health``).
+
+    One manifest read and one ``stat`` per batch, whatever the number of cells:
+    cheap enough for every start of the workflow; ``checksums`` reads every byte
+    (``attnflow status``, which so finds bit rot). A batch without a manifest runs
+    anyway. A failed cell is retried once per run: its ticket is tied to the
+    manifest's time, which the retry renews.
     """
     found = {}
     for batch in sweep.batches:
-        path = sweep.layout.manifest(batch)
-        try:
-            record = json.loads(path.read_text())
-            names = record["stores"].values()
-            failed = dict(record.get("failed") or {})
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue  # no manifest (the batch runs anyway) or an unreadable one
-        stores = [str(sweep.stores / name) for name in names]  # wherever the results dir now is
-        problems = [(store, state) for store in stores
-                    if not (state := verify_cell(store, checksums=checksums)).ok]
-        problems += [(str(sweep.layout.store(cid)), StoreState("failed", str(error)))
-                     for cid, error in sorted(failed.items())]
-        if problems:
+        record = read_manifest(sweep, batch)
+        if record is not None and (problems := batch_health(sweep, batch, record, checksums)):
             found[batch] = problems
     return found
+
+
+def old_layout_stores(sweep: Sweep) -> list[Path]:
+    """Stores of attnflow 0.1, a directory per cell, which nothing reads now: the workflow and
+    ``attnflow status`` report them."""
+    return sweep.layout.old_stores()
+
+
+def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
+    """Every cell of the sweep -> its state: done | missing | failed (its error as detail) | corrupt |
+    interrupted (finished by a job that was killed before writing its batch's store) | stale.
+
+    Per batch, not per cell: its manifest, one ``stat`` of its store (every byte with
+    ``checksums``), one look for a killed job's pending cells. A 100,000-cell sweep in
+    a thousand batches is a few thousand file operations.
+    """
+    states: dict[str, StoreState] = {}
+    for batch, cells in sweep.batches.items():
+        store = sweep.layout.store(batch)
+        record = read_manifest(sweep, batch)
+        failed: dict = {}
+        if record is None:  # never finished, or its manifest deleted: what its store holds, if any
+            held = record_of(store).get("cells") or {}
+            state = verify_batch(store, checksums=checksums) if held else StoreState("missing")
+        elif record.get("format") != MANIFEST_FORMAT:
+            held, state = {cell_id(c): "" for c in cells}, batch_health(sweep, batch, record)[0][1]
+        else:
+            held, failed = record.get("cells") or {}, record.get("failed") or {}
+            problems = [s for p, s in batch_health(sweep, batch, record, checksums) if p == str(store)]
+            state = problems[0] if problems else StoreState("done")
+        pending = set()  # cells a killed job checkpointed (rarely any: one listing)
+        if sweep.layout.pending(batch).exists():
+            for checkpoint in sweep.layout.pending(batch).iterdir():
+                pending.update(record_of(checkpoint).get("cells") or ())
+        for cell in cells:
+            cid = cell_id(cell)
+            if cid in held:
+                intact = (state.status == "corrupt" and state.damaged and "" not in state.damaged
+                          and held[cid] not in state.damaged)  # its group is intact: the next run keeps it
+                states[cid] = StoreState("done") if intact else state
+            elif cid in failed:
+                states[cid] = StoreState("failed", str(failed[cid]))
+            elif cid in pending:
+                states[cid] = StoreState("interrupted", f"finished by a killed job of batch {batch}")
+            else:
+                states[cid] = StoreState("missing")
+    return states
 
 
 def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
@@ -226,10 +305,12 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
 
 
 def _manifest_deleted(sweep: Sweep, batch: str) -> bool:
-    """A batch that ran (every cell has its store) but whose manifest is gone; a batch that never
+    """A batch that ran (its store holds every cell) but whose manifest is gone; a batch that never
     ran (new cells, say a value added to an axis) runs anyway."""
-    return not sweep.layout.manifest(batch).exists() and all(
-        store_path(sweep.stores, cell).exists() for cell in sweep.batches[batch])
+    if sweep.layout.manifest(batch).exists():
+        return False
+    held = set(record_of(sweep.layout.store(batch)).get("cells") or ())
+    return bool(held) and all(cell_id(cell) in held for cell in sweep.batches[batch])
 
 
 def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
@@ -254,9 +335,8 @@ def figure_caption(sweep: Sweep, experiment: str) -> str:
 
     caption = sweep.experiments.get(experiment).caption
     try:
-        attrs = json.loads((sweep.layout.summary(experiment) / ".zattrs").read_text())
-        failed = json.loads(attrs.get("failed_cells") or "[]")
-    except (OSError, ValueError, TypeError):
+        failed = json.loads(record_of(sweep.layout.summary(experiment)).get("failed_cells") or "[]")
+    except (ValueError, TypeError):
         failed = []
     if not failed:
         return caption
@@ -274,8 +354,9 @@ def repair_tickets(results: str | Path, batch: str) -> list[str]:
 
 
 def batch_params(sweep: Sweep, batch: str) -> str:
-    """The cells of one batch job, as JSON (Snakemake params must be hashable text)."""
-    return json.dumps([cell.to_dict() for cell in sweep.batches[batch]], sort_keys=True)
+    """The cells of one batch job, as JSON (Snakemake params must be hashable text): each cell's
+    cached canonical JSON, the text ``json.dumps([cell.to_dict() ...], sort_keys=True)`` gives."""
+    return "[" + ", ".join(cell.canonical_json() for cell in sweep.batches[batch]) + "]"
 
 
 def provenance(config: dict) -> dict:
@@ -285,19 +366,25 @@ def provenance(config: dict) -> dict:
     return {"config_sha256": config_digest(config), "attnflow_version": __version__}
 
 
-def simulate_job(cells_json: str, stores: str, batch: str, config: dict, output: str, log=print):
-    """Simulate a batch's missing or damaged stores, then write its manifest: the stores it finished
-    (names by cell id) and the cells that failed (errors by cell id). The job succeeds with failed
-    cells: they are missing from the figures, listed in their captions, retried by the next run."""
+def simulate_job(cells_json: str, batch: str, config: dict, output: str, log=print):
+    """Simulate the cells of a batch its store does not hold, then write its manifest: the cells its
+    store holds, the store's size and time (what the start-up check compares), and the cells that
+    failed (errors by cell id). The job succeeds with failed cells: they are missing from the figures,
+    listed in their captions, retried by the next run."""
     from .cell import Cell
     from .sweep import run_batch
 
     cells = [Cell(**fields) for fields in json.loads(cells_json)]
-    result = run_batch(cells, stores, log=log, provenance={"batch": batch, **provenance(config)})
+    result = run_batch(cells, batch, Layout(results_of(config)), log=log,
+                       provenance={"batch": batch, **provenance(config)})
+    stat = result.path.stat() if result.cells else None
     Path(output).write_text(json.dumps({
+        "format": MANIFEST_FORMAT,
         "batch": batch,
-        "stores": {cell_id(c): p.name for c, p in zip(cells, result.paths, strict=True)
-                   if cell_id(c) not in result.failed},
+        "store": result.path.name if result.cells else None,
+        "size": stat.st_size if stat else None,
+        "mtime_ns": stat.st_mtime_ns if stat else None,
+        "cells": result.cells,
         "failed": result.failed,
     }, indent=1))
 
@@ -306,10 +393,9 @@ def failed_cells(sweep: Sweep) -> dict[str, str]:
     """Every cell the batches' manifests record as failed: cell id -> error."""
     found = {}
     for batch in sweep.batches:
-        try:
-            found.update(json.loads(sweep.layout.manifest(batch).read_text()).get("failed") or {})
-        except (OSError, ValueError, AttributeError):
-            continue
+        record = read_manifest(sweep, batch) or {}
+        if isinstance(record.get("failed"), dict):
+            found.update(record["failed"])
     return found
 
 
@@ -328,15 +414,20 @@ def failure_report(sweep: Sweep) -> str | None:
 
 
 def aggregate_job(name: str, spec_json: str, entries_json: str, output: str, scheduler: str,
-                  config: dict, modules=(), retire=()):
-    """Summarise one experiment from the stores its rule names (never re-derived from the config)."""
+                  config: dict, modules=(), retire=(), manifests=()):
+    """Summarise one experiment from the stores its rule names (never re-derived from the config);
+    the errors of its failed cells come from the batches' ``manifests``."""
     from .aggregate import aggregate
     from .experiments import registry
 
     experiment = registry(modules).get(name)
-    entries = [(coords, path) for coords, path in json.loads(entries_json)]
+    entries = [tuple(entry) for entry in json.loads(entries_json)]
+    failures = {}
+    for path in manifests:
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            failures.update(json.loads(Path(path).read_text()).get("failed") or {})
     return aggregate(experiment, Spec.from_json(name, spec_json), entries, output, scheduler=scheduler,
-                     provenance=provenance(config), retire=retire)
+                     provenance=provenance(config), retire=retire, failures=failures)
 
 
 def plot_job(summary_path: str, outputs, modules=()):
@@ -348,9 +439,9 @@ def plot_job(summary_path: str, outputs, modules=()):
         render(summary.load(), outputs, source=summary_path, experiment_modules=modules)
 
 
-__all__ = ["LOCK_FD_ENV", "ConfigError", "ResultsBusy", "aggregate_job", "batch_params", "failed_cells",
-           "failure_report", "figure_caption", "issue_repairs", "issue_summary_tickets",
-           "lock_for_child", "lock_results", "outdated_summaries", "plot_job", "provenance",
-           "release_results", "results_holder",
-           "repair_tickets", "simulate_job", "summary_tickets", "sweep_from_workflow",
-           "unhealthy"]
+__all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
+           "batch_params", "cell_states", "failed_cells", "failure_report", "figure_caption", "issue_repairs",
+           "issue_summary_tickets", "lock_for_child", "lock_results", "old_layout_stores",
+           "outdated_summaries",
+           "plot_job", "provenance", "read_manifest", "release_results", "repair_tickets", "results_holder",
+           "simulate_job", "summary_tickets", "sweep_from_workflow", "unhealthy"]

@@ -4,7 +4,7 @@ rule aggregate:
         manifests=experiment_manifests,
         tickets=experiment_tickets,
     output:
-        summary=directory(str(LAYOUT.summary("{experiment}"))),
+        summary=str(LAYOUT.summary("{experiment}")),
     params:
         entries=experiment_entries,
         spec=experiment_spec,

@@ -11,6 +11,7 @@ from attnflow.workflow import (
     issue_repairs,
     issue_summary_tickets,
     lock_results,
+    old_layout_stores,
     results_holder,
     repair_tickets,
     summary_tickets,
@@ -29,7 +30,6 @@ for _name, _why in SWEEP.skipped.items():
 # Every output path comes from the sweep's Layout (attnflow.layout); rules name their wildcards through it.
 LAYOUT = SWEEP.layout
 RESULTS = str(SWEEP.results)
-STORES = str(SWEEP.stores)
 EXPERIMENT_NAMES = list(SWEEP.specs)
 MODULES = json.dumps(config.get("experiment_modules", []))
 
@@ -68,6 +68,14 @@ if not workflow.remote_exec and not _HOLDER:
                 + f": batch {_batch} recomputes it",
                 file=sys.stderr,
             )
+    _old = old_layout_stores(SWEEP)
+    if _old:
+        print(
+            f"attnflow: {len(_old)} stores in {SWEEP.stores} are in the layout of attnflow 0.1 (a directory "
+            "per cell), which this version does not read: their cells are computed again, into one file "
+            f"per batch; delete them to free their files (the directories {_old[0].name}, ...)",
+            file=sys.stderr,
+        )
     for _name, _why in issue_summary_tickets(SWEEP).items():
         print(
             f"attnflow: the summary of {_name} is {_why}: rebuilt, with its figure",

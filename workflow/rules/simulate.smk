@@ -6,7 +6,6 @@ rule simulate:
         manifest=str(LAYOUT.manifest("{batch}")),
     params:
         cells=batch_cells,
-        stores=STORES,
     conda:
         "../envs/attnflow.yaml"
     benchmark:

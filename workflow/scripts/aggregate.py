@@ -16,4 +16,5 @@ aggregate_job(
     snakemake.config,  # noqa: F821
     modules=json.loads(snakemake.params.modules),  # noqa: F821
     retire=snakemake.params.retire,  # noqa: F821
+    manifests=snakemake.input.manifests,  # noqa: F821
 )

@@ -11,7 +11,6 @@ numba.set_num_threads(min(snakemake.threads, numba.config.NUMBA_NUM_THREADS))  #
 
 simulate_job(
     snakemake.params.cells,  # noqa: F821
-    snakemake.params.stores,  # noqa: F821
     snakemake.wildcards.batch,  # noqa: F821
     snakemake.config,  # noqa: F821
     snakemake.output.manifest,  # noqa: F821

@@ -37,13 +37,13 @@ def wilson_interval(successes, trials, z: float = 1.96):
 
 def t_interval(values: np.ndarray, axis: int = -1, level: float = 0.95):
     """Mean and half-width of the Student-t confidence interval over ``axis`` (NaNs ignored)."""
-    from scipy import stats
+    from scipy.special import stdtrit  # scipy.stats.t.ppf's own kernel, without importing scipy.stats (1 s)
 
     values = np.asarray(values, dtype=float)
     count = np.sum(np.isfinite(values), axis=axis)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.nanmean(values, axis=axis) if values.size else np.nan
         sd = np.nanstd(values, axis=axis, ddof=1)
-        half = stats.t.ppf(0.5 + level / 2, np.maximum(count - 1, 1)) * sd / np.sqrt(count)
+        half = stdtrit(np.maximum(count - 1, 1), 0.5 + level / 2) * sd / np.sqrt(count)
     half = np.where(count >= 2, half, np.nan)
     return mean, half

@@ -3,12 +3,9 @@ its plateaus last as beta grows."""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 import xarray as xr
 
-from ..plotting import log_edges, log_ticks
 from . import Axis, Experiment
 
 # The exponential and power-law fits of the plateau length are told apart when one's residual
@@ -128,16 +125,19 @@ class Metastability(Experiment):
                   for key in ("t_max", "n_samples")}
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
-        counts = ds.cluster_count.astype(float).load()
+        counts = ds.cluster_count.astype(float).load().transpose(..., "time")
         times = ds.time.values
-        plateaus = [longest_plateau(times, counts.values[s]) for s in range(counts.sizes["seed"])]
-        length, censored, level = (np.array(v, dtype=float) for v in zip(*plateaus, strict=True))
+        runs = counts.values.reshape(-1, counts.sizes["time"])  # one row per (cell, seed)
+        plateaus = [longest_plateau(times, run) for run in runs]
+        length, censored, level = (np.array(v, dtype=float).reshape(counts.shape[:-1])
+                                   for v in zip(*plateaus, strict=True))
+        dims = counts.dims[:-1]
         return xr.Dataset({
             "cluster_count": counts,
-            "plateau": ("seed", length),
-            "plateau_censored": ("seed", censored),
-            "plateau_count": ("seed", level),
-        }, coords={"seed": ds.seed.values})
+            "plateau": (dims, length),
+            "plateau_censored": (dims, censored),
+            "plateau_count": (dims, level),
+        })
 
     def derive(self, summary: xr.Dataset, spec) -> xr.Dataset:
         out = summary
@@ -167,6 +167,9 @@ class Metastability(Experiment):
         return out
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from ..plotting import log_edges, log_ticks, plt, sns
+
         ds = self.with_axes(summary, spec)
         combos = [(H, d) for H in ds.H.values for d in ds.d.values]
         fig, axes = plt.subplots(3, len(combos), figsize=(4.6 * len(combos), 11), squeeze=False,

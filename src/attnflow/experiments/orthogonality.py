@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
+from ..pack import cell_values
 from . import Axis, Experiment
 from ._common import all_heads_monotone, before_cluster
 
 
 def cross_norms(score_matrices: np.ndarray) -> np.ndarray:
     """Per seed, ``omega = max over head pairs of ||M_h' M_h||_op``: the overlap Thm 39 bounds (the
-    paper's delta), not the cell field ``delta`` (the perturbation norm); score_matrices (seed, H, d, d)."""
+    paper's delta), not the cell field ``delta`` (the perturbation norm); score_matrices (..., H, d, d),
+    the result (...)."""
     m = score_matrices
-    H = m.shape[1]
-    worst = np.zeros(m.shape[0])
+    H = m.shape[-3]
+    worst = np.zeros(m.shape[:-3])
     for a in range(H):
         for b in range(H):
             if a != b:
-                worst = np.maximum(worst, np.linalg.norm(m[:, a] @ m[:, b], 2, axis=(-2, -1)))
+                worst = np.maximum(worst, np.linalg.norm(m[..., a, :, :] @ m[..., b, :, :], 2, axis=(-2, -1)))
     return worst
 
 
@@ -37,7 +38,7 @@ def critical_overlap(ds: xr.Dataset) -> xr.DataArray:
     shadows of Thm 17, even at omega = 0).
     """
     n = ds.sizes["token"]
-    beta = float(ds.attrs["cell_beta"])
+    beta = cell_values(ds, "cell_beta")
     margin = ds.rd_margin.sum("token")
     others = ds.energy.sum("head") - ds.energy
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -91,7 +92,8 @@ class Orthogonality(Experiment):
         window = before_cluster(ds)
         monotone = all_heads_monotone(ds) | ~window
         scale = abs(ds.energy_rate).max(("time", "head"))
-        omega = xr.DataArray(cross_norms(np.asarray(ds.score_matrix.values)), dims="seed")
+        matrices = ds.score_matrix.transpose(..., "head", ds.score_matrix.dims[-2], ds.score_matrix.dims[-1])
+        omega = xr.DataArray(cross_norms(np.asarray(matrices.values)), dims=matrices.dims[:-3])
         holds = critical_overlap(ds) >= omega
         return xr.Dataset({
             "frac_samples_monotone": monotone.where(window).mean(("seed", "time")),
@@ -102,6 +104,9 @@ class Orthogonality(Experiment):
         })
 
     def plot(self, summary, spec):
+        # Drawing modules load here, not at module top: every workflow job imports the registry.
+        from ..plotting import plt
+
         ds = self.with_axes(summary, spec)
         # Grid axes beyond the map's (a config may vary t_max, say): averaged, and said so.
         extra = [dim for dim in ds.frac_runs_monotone.dims if dim not in ("beta", "delta")]

@@ -1,0 +1,123 @@
+"""A batch's cells in one store: cells of one shape stacked along ``cell``, one group per shape.
+
+A batch's cells differ along its experiment's ``batch_over`` axes, some of
+which change shapes (``n`` the token axis, ``H`` the head axis). Cells whose
+variables, shapes, dtypes and coordinates agree share a group (``g0``,
+``g1``, ...) where each variable gains a leading ``cell`` dimension, indexed by
+cell id. So a store holds one chunk per variable and group, whatever the
+number of cells, and an experiment's reduction runs once per group on every
+cell at once. A cell's attributes (its parameters, solver statistics,
+accuracy certificate) are kept exactly: those all cells of a group share as
+the group's attributes, the rest per cell (``CELL_ATTRS``, JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import numpy as np
+import xarray as xr
+
+CELL = "cell"
+CELL_ATTRS = "cell_attrs"  # group attribute: per cell, the attributes that differ across the group
+
+
+def _signature(ds: xr.Dataset) -> tuple:
+    """What cells must share to be stacked: variables with their dims, shapes and dtypes, and the
+    coordinates' values."""
+    variables = tuple(sorted((name, var.dims, var.shape, var.dtype.str)
+                             for name, var in ds.variables.items()))
+    coords = tuple((name, np.asarray(ds[name].values).tobytes()) for name in sorted(ds.coords))
+    return variables, coords
+
+
+def group_cells(cells: Mapping[str, xr.Dataset]) -> dict[str, xr.Dataset]:
+    """Cells (id -> dataset) as groups (name -> dataset with a ``cell`` dimension), in cell order."""
+    by_shape: dict[tuple, list[str]] = {}
+    for cid, ds in cells.items():
+        by_shape.setdefault(_signature(ds), []).append(cid)
+    groups = {}
+    for k, ids in enumerate(by_shape.values()):
+        members = [cells[cid] for cid in ids]
+        keys = dict.fromkeys(key for ds in members for key in ds.attrs)
+        common = {key: members[0].attrs[key] for key in keys
+                  if all(key in ds.attrs and _same(ds.attrs[key], members[0].attrs[key]) for ds in members)}
+        varying = [{key: value for key, value in ds.attrs.items() if key not in common} for ds in members]
+        stacked = xr.concat([ds.drop_attrs(deep=False) for ds in members], dim=CELL, coords="minimal",
+                            compat="override", join="exact", combine_attrs="drop")
+        stacked = stacked.assign_coords({CELL: (CELL, ids)})
+        stacked.attrs = {**common, CELL_ATTRS: json.dumps(varying, default=_plain)}
+        groups[f"g{k}"] = stacked
+    return groups
+
+
+def placement(groups: Mapping[str, xr.Dataset]) -> dict[str, str]:
+    """Where each cell is: cell id -> its group (what a store's record and manifest hold)."""
+    return {cid: name for name, ds in groups.items() for cid in ds[CELL].values.tolist()}
+
+
+def _plain(value):
+    """numpy scalars and arrays in attributes, as JSON."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and json.dumps(a, default=_plain) == json.dumps(b, default=_plain)
+
+
+def cell_attrs(group: xr.Dataset) -> list[dict]:
+    """Every cell's attributes, in the group's cell order."""
+    common = {k: v for k, v in group.attrs.items() if k != CELL_ATTRS}
+    return [{**common, **varying} for varying in json.loads(group.attrs.get(CELL_ATTRS, "[]"))]
+
+
+def group_attrs(path) -> dict[str, dict]:
+    """Every cell's attributes in a batch's store (id -> attributes), from its groups' metadata only
+    (no array read); empty for a store that is not there or not readable."""
+    import zipfile
+
+    from .store import record_of
+
+    cells = record_of(path).get("cells") or {}
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for group in dict.fromkeys(cells.values()):
+                common = json.loads(zf.read(f"{group}/.zattrs"))
+                varying = json.loads(common.pop(CELL_ATTRS, "[]"))
+                ids = [cid for cid, g in cells.items() if g == group]
+                out.update({cid: {**common, **v} for cid, v in zip(ids, varying, strict=True)})
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return {}
+    return out
+
+
+def cell_values(group: xr.Dataset, key: str) -> xr.DataArray:
+    """One attribute of every cell of a group, along ``cell`` (``cell_beta``, ``certificate_error``)."""
+    values = [attrs.get(key, np.nan) for attrs in cell_attrs(group)]
+    return xr.DataArray(values, dims=CELL, coords={CELL: group[CELL].values})
+
+
+def select(group: xr.Dataset, ids) -> xr.Dataset:
+    """The cells ``ids`` of a group (in that order, repeats allowed), their attributes with them."""
+    index = {cid: i for i, cid in enumerate(group[CELL].values.tolist())}
+    positions = [index[cid] for cid in ids]
+    varying = json.loads(group.attrs.get(CELL_ATTRS, "[]"))
+    out = group.isel({CELL: positions})
+    out.attrs = {**group.attrs, CELL_ATTRS: json.dumps([varying[i] for i in positions])}
+    return out
+
+
+def split(group: xr.Dataset) -> dict[str, xr.Dataset]:
+    """A group's cells as the datasets they were written from (id -> dataset, no ``cell`` dim)."""
+    out = {}
+    for i, (cid, attrs) in enumerate(zip(group[CELL].values.tolist(), cell_attrs(group), strict=True)):
+        ds = group.isel({CELL: i}, drop=True)
+        ds.attrs = attrs
+        out[cid] = ds
+    return out
+
+
+__all__ = ["CELL", "CELL_ATTRS", "cell_attrs", "cell_values", "group_attrs", "group_cells", "placement",
+           "select", "split"]
