@@ -253,6 +253,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     """
     import shutil
 
+    from .engine import compilations
     from .pack import group_cells, placement
     from .simulation import SimulationError, describe, simulate  # the engine loads only where it runs
     from .store import record_of
@@ -278,7 +279,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
             log(f"[{i}/{len(cells)}] {cid}: complete" + (", skipped" if cid in stored else
                                                           " (finished by a killed job), skipped"))
             continue
-        start = time.perf_counter()
+        start, compiled = time.perf_counter(), compilations()
         try:
             ds = simulate(cell)
         except (SimulationError, *CELL_ERRORS) as err:
@@ -291,7 +292,9 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         ds.attrs.update({"cell_id": cid, **store_versions(), **(provenance or {})})
         have[cid] = unsaved[cid] = ds
         log(f"[{i}/{len(cells)}] {cid}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
-            f"computed in {elapsed:.3f} s")
+            f"computed in {elapsed:.3f} s" + (" (compiling the engine for this kind of cell, once: numba "
+                                                "caches it for every later job)" if compilations() > compiled
+                                                else ""))
         if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS and i < len(cells):
             groups = group_cells(unsaved)
             write(groups, pending / f"{cid}{STORE_SUFFIX}", versions=store_versions(), replace=True,

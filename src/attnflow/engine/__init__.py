@@ -42,7 +42,8 @@ from .field import COMPILED_FORMS, COMPILED_WEIGHTS, Flow, HeadArrays
 from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
 from .version import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 
-__all__ = ["EngineResult", "IntegrationError", "check_compiled", "observe", "solve"]
+__all__ = ["EngineResult", "IntegrationError", "check_compiled", "compilations", "observe", "solve"]
+
 
 METRICS = {"epsilon": Metric.EPSILON, "gamma_mean": Metric.GAMMA_MEAN}
 
@@ -304,3 +305,9 @@ def observe(
         observe_batch(x, head_arrays, flow, _per_trajectory(beta, B), _sampling(groups),
                       1.0 - float(cluster_eps), out, drift)
     return {var.name: getattr(out, var.name)[:, 0] for var in variables(groups)}
+
+
+def compilations() -> int:
+    """How many times this process compiled the engine's entry points (numba's cache missed): a
+    job's log says so, since the first job on a machine spends ~40 s there."""
+    return sum(sum(f.stats.cache_misses.values()) for f in (solve_batch, observe_batch))
