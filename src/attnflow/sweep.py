@@ -246,10 +246,10 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     The cells computed are checkpointed into ``Layout.pending`` (a store each
     ``CHECKPOINT_SECONDS``), so a job killed mid-batch loses at most that much
     work; the batch's store is written when every cell is done, and the
-    checkpoints removed. A cell that
-    fails (``SimulationError``: step budget, non-finite values; or an arithmetic
-    error in the compiled code) is left out, its error returned, and the batch
-    goes on: one bad cell costs its own point of the figure, not the figure.
+    checkpoints removed. A cell that fails (``SimulationError``: step budget,
+    non-finite values; or an arithmetic error in the compiled code) is left out,
+    its error returned, and the batch goes on: one bad cell costs its own point
+    of the figure, not the figure.
     """
     import shutil
 
@@ -261,8 +261,8 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     path, pending = layout.store(batch), layout.pending(batch)
     cells = list(cells)
     ids = [cell_id(c) for c in cells]
-    # Every byte: a job reads its own store once. The start-up check reads sizes and times
-    # only; bit rot reaches this job through the ticket `attnflow status` writes.
+    # Every byte: a job reads its own store once. The start-up check compares sizes and times
+    # only; bit rot reaches this job through the ticket `attnflow status --deep` writes.
     state = verify_batch(path)
     if state.status in ("corrupt", "stale"):
         log(f"{path.name}: {state.status} ({state.detail}); its "
