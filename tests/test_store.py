@@ -163,3 +163,29 @@ def test_two_writers_of_one_cell_leave_one_complete_store(tmp_path):
         assert verify(path).ok and not partials(path)
         with open_verified(path) as ds:
             np.testing.assert_array_equal(ds.energy.values, _dataset().energy.values)
+
+
+@pytest.mark.parametrize("field, offset", [("version needed", 6), ("compression method", 10), ("flags", 8)])
+def test_a_damaged_zip_directory_is_corrupt_not_a_crash(tmp_path, field, offset):
+    """zipfile raises NotImplementedError or RuntimeError for some damaged headers (a flipped version,
+    compression method or encryption flag): the store is corrupt, named, and nothing raises."""
+    path = tmp_path / "a.zarr.zip"
+    write({"g0": _dataset()}, path)
+    with zipfile.ZipFile(path) as zf:
+        directory = zf.start_dir
+        infos = zf.infolist()
+    data = bytearray(path.read_bytes())
+    # Every central directory entry of the store: 46-byte headers, each followed by its name and extras.
+    pos = directory
+    for _ in infos:
+        data[pos + offset] ^= 0x40 if field != "flags" else 0x01
+        name_len, extra_len, comment_len = struct.unpack("<HHH", data[pos + 28:pos + 34])
+        pos += 46 + name_len + extra_len + comment_len
+    path.write_bytes(bytes(data))
+    state = verify(path)
+    assert state.status == "corrupt", state
+    assert verify(path, checksums=False).status == "corrupt"
+    assert record_of(path) == {}
+    with pytest.raises(CorruptStore):
+        open_verified(path)
+

@@ -77,7 +77,7 @@ def group_attrs(path) -> dict[str, dict]:
     (no array read); empty for a store that is not there or not readable."""
     import zipfile
 
-    from .store import record_of
+    from .store import UNREADABLE, record_of
 
     cells = record_of(path).get("cells") or {}
     out = {}
@@ -88,7 +88,7 @@ def group_attrs(path) -> dict[str, dict]:
                 varying = json.loads(common.pop(CELL_ATTRS, "[]"))
                 ids = [cid for cid, g in cells.items() if g == group]
                 out.update({cid: {**common, **v} for cid, v in zip(ids, varying, strict=True)})
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+    except (*UNREADABLE, TypeError):
         return {}
     return out
 

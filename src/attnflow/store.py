@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import socket
+import struct
 import time
 import uuid
 import zipfile
@@ -35,6 +36,11 @@ _FORMAT = 2  # 1: a directory per store (attnflow 0.1), no longer read
 PARTIAL = ".partial-"
 # Fixed member times: the same data gives the same bytes (zip records a time per member).
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+# What reading a damaged zip raises: besides BadZipFile and OSError, zipfile raises NotImplementedError
+# (a flipped compression method or version), RuntimeError (a flipped encryption flag), ValueError,
+# EOFError and struct.error for other damaged headers. Any of them means: not a readable store.
+UNREADABLE = (OSError, EOFError, zipfile.BadZipFile, NotImplementedError, RuntimeError, ValueError,
+              struct.error, KeyError)
 
 
 class CorruptStore(RuntimeError):
@@ -157,7 +163,7 @@ def _read_record(zf: zipfile.ZipFile) -> dict | None:
         record = json.loads(zf.read(RECORD))
         record["members"].items()
         return record
-    except (KeyError, ValueError, AttributeError, TypeError, zipfile.BadZipFile):
+    except (*UNREADABLE, AttributeError, TypeError):
         return None
 
 
@@ -189,8 +195,8 @@ def verify(path: str | Path, *, checksums: bool = True, expect: dict | None = No
                 elif checksums and _sha256(zf, name) != meta["sha256"]:
                     bad[name] = "does not match its checksum"
             extra = sorted(set(sizes) - set(members) - {RECORD})
-    except (OSError, zipfile.BadZipFile, EOFError) as err:
-        return StoreState("corrupt", f"not a readable zip file ({err})")
+    except UNREADABLE as err:
+        return StoreState("corrupt", f"not a readable zip file ({type(err).__name__}: {err})")
     if bad:
         first = sorted(bad)[0]
         groups = tuple(sorted({_group_of(name, record["groups"]) for name in bad}))
@@ -206,7 +212,7 @@ def verify(path: str | Path, *, checksums: bool = True, expect: dict | None = No
 def _sha256(zf: zipfile.ZipFile, name: str) -> str | None:
     try:
         return hashlib.sha256(zf.read(name)).hexdigest()
-    except zipfile.BadZipFile:  # the zip's own CRC-32 check failed first
+    except UNREADABLE:  # the zip's own CRC-32 check (or a damaged member header) failed first
         return None
 
 
@@ -231,14 +237,24 @@ def record_of(path: str | Path) -> dict:
     try:
         with zipfile.ZipFile(path) as zf:
             return _read_record(zf) or {}
-    except (OSError, zipfile.BadZipFile, EOFError):
+    except UNREADABLE:
         return {}
 
 
-def read_members(path: str | Path) -> dict[str, bytes]:
-    """Every member of a store, read in one pass (zip checks each member's CRC-32)."""
+def read_members(path: str | Path, *, skip_damaged: bool = False) -> dict[str, bytes]:
+    """Every member of a store, read in one pass (zip checks each member's CRC-32); with
+    ``skip_damaged`` a member that cannot be read is left out instead of raising."""
+    members = {}
     with zipfile.ZipFile(path) as zf:
-        return {name: zf.read(name) for name in zf.namelist() if name != RECORD}
+        for name in zf.namelist():
+            if name == RECORD:
+                continue
+            try:
+                members[name] = zf.read(name)
+            except UNREADABLE:
+                if not skip_damaged:
+                    raise
+    return members
 
 
 def open_members(members: Mapping[str, bytes], group: str = "", **kwargs) -> xr.Dataset:
@@ -276,7 +292,7 @@ def load(path: str | Path, expect: dict | None = None) -> tuple[dict, dict[str, 
         with zipfile.ZipFile(path) as zf:
             record = _read_record(zf)
             members = {name: zf.read(name) for name in zf.namelist() if name != RECORD}
-    except (OSError, zipfile.BadZipFile, EOFError):
+    except UNREADABLE:
         check(path, expect)  # names what is wrong (missing, interrupted, unreadable)
         raise
     if record is None or set(members) != set(record["members"]) or any(

@@ -201,15 +201,15 @@ def stored_cells(path: str | Path, state: StoreState | None = None) -> dict[str,
     """The cells of a batch's store that can be trusted (id -> dataset, loaded): all of a complete
     store's, those of a corrupt store's intact groups, none of a stale or unreadable one's."""
     from .pack import split
-    from .store import open_members, read_members, record_of
+    from .store import UNREADABLE, open_members, read_members, record_of
 
     state = state or verify_batch(path)
     if state.status not in ("done", "corrupt"):
         return {}
     try:
-        members = read_members(path)
+        members = read_members(path, skip_damaged=True)  # a damaged member costs its group only
         groups = record_of(path).get("groups", [])
-    except Exception:  # noqa: BLE001 -- unreadable as a whole: nothing in it is trusted
+    except UNREADABLE:  # unreadable as a whole: nothing in it is trusted
         return {}
     if "" in state.damaged:  # the root's metadata: no group can be opened from it
         return {}

@@ -142,41 +142,71 @@ def _inherited_lock(path: Path) -> int | None:
 
 
 def read_manifest(sweep: Sweep, batch: str) -> dict | None:
-    """A batch's manifest (None if it has none, or an unreadable one: the batch runs anyway)."""
+    """A batch's manifest: None if it has none; ``{}`` if it has one that is unreadable or not what a
+    simulate job writes (``batch_health`` sends such a batch to run again)."""
+    path = sweep.layout.manifest(batch)
     try:
-        record = json.loads(sweep.layout.manifest(batch).read_text())
-        return record if isinstance(record, dict) else None
-    except (OSError, ValueError):
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError):
+        return {}
+    return record if _well_formed(record) else {}
 
 
-def batch_health(sweep: Sweep, batch: str, record: dict,
-                 checksums: bool = False) -> list[tuple[str, StoreState]]:
-    """What is wrong with a finished batch (its manifest ``record``): its store (missing, damaged, stale,
-    or another file than the one the manifest records) and its failed cells, as (path, state) pairs.
+def _well_formed(record) -> bool:
+    """A manifest as ``simulate_job`` writes it (of either format: the old one is stale, not damaged)."""
+    if not isinstance(record, dict):
+        return False
+    if record.get("format") != MANIFEST_FORMAT:
+        return "stores" in record
+    return (isinstance(record.get("cells"), dict) and isinstance(record.get("failed"), dict)
+            and all(isinstance(record.get(k), int) for k in ("size", "mtime_ns") if record.get("cells")))
+
+
+def store_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False) -> StoreState:
+    """A finished batch's store against its (format 2) manifest ``record``: done, or missing, damaged,
+    stale, or another file than the one the manifest records.
 
     Cheap unless ``checksums``: one ``stat`` of the store against the size and time the manifest
     recorded, and its zip directory and record (the versions); only a store whose size or time
     differs is read, every byte.
     """
+    if not record["cells"]:
+        return StoreState("done")  # every cell failed: no store
     store = sweep.layout.store(batch)
+    try:
+        st = store.stat()
+        seen = (st.st_size, st.st_mtime_ns) == (record["size"], record["mtime_ns"])
+    except OSError:
+        seen = False
+    # Size and time as recorded: still the record's versions (zip directory and record, no checksums),
+    # so a store an older numerics wrote (its manifest matching it) is stale, not reused.
+    state = verify_batch(store, checksums=checksums or not seen)
+    if state.ok and not seen:
+        state = StoreState("corrupt", "not the file its manifest records (replaced since)")
+    return state
+
+
+def batch_health(sweep: Sweep, batch: str, record: dict,
+                 checksums: bool = False) -> list[tuple[str, StoreState]]:
+    """What is wrong with a finished batch (its manifest ``record``, ``{}`` when unreadable), as (path,
+    state) pairs: an unreadable or old manifest, cells its manifest does not record (new grid values),
+    its store (``store_health``), its failed cells.
+    """
+    store = sweep.layout.store(batch)
+    if not record:
+        return [(str(store), StoreState("corrupt", "its manifest is unreadable: the batch runs again"))]
     if record.get("format") != MANIFEST_FORMAT:
         return [(str(store), StoreState("stale", "written by attnflow 0.1, one store per cell, which this "
                                                  "version does not read"))]
+    recorded = set(record["cells"]) | set(record["failed"])
+    new = [c for c in sweep.batches[batch] if cell_id(c) not in recorded]
+    if new:  # the batch gained cells (a grid value added): it runs, and computes those alone
+        return [(str(store), StoreState("missing", f"{len(new)} of its cells not simulated yet"))]
     problems = []
-    if record.get("cells"):
-        try:
-            st = store.stat()
-            seen = (st.st_size, st.st_mtime_ns) == (record.get("size"), record.get("mtime_ns"))
-        except OSError:
-            seen = False
-        # Size and time as recorded: still the record's versions (zip directory and record, no checksums),
-        # so a store an older numerics wrote (its manifest matching it) is stale, not reused.
-        state = verify_batch(store, checksums=checksums or not seen)
-        if state.ok and not seen:
-            state = StoreState("corrupt", "not the file its manifest records (replaced since)")
-        if not state.ok:
-            problems.append((str(store), state))
+    if not (state := store_health(sweep, batch, record, checksums)).ok:
+        problems.append((str(store), state))
     problems += [(f"{store}:{cid}", StoreState("failed", str(error)))
                  for cid, error in sorted((record.get("failed") or {}).items())]
     return problems
@@ -219,15 +249,14 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
         store = sweep.layout.store(batch)
         record = read_manifest(sweep, batch)
         failed: dict = {}
-        if record is None:  # never finished, or its manifest deleted: what its store holds, if any
+        if not record:  # never finished, its manifest deleted or unreadable: what its store holds, if any
             held = record_of(store).get("cells") or {}
             state = verify_batch(store, checksums=checksums) if held else StoreState("missing")
         elif record.get("format") != MANIFEST_FORMAT:
             held, state = {cell_id(c): "" for c in cells}, batch_health(sweep, batch, record)[0][1]
         else:
-            held, failed = record.get("cells") or {}, record.get("failed") or {}
-            problems = [s for p, s in batch_health(sweep, batch, record, checksums) if p == str(store)]
-            state = problems[0] if problems else StoreState("done")
+            held, failed = record["cells"], record["failed"]
+            state = store_health(sweep, batch, record, checksums)
         pending = set()  # cells a killed job checkpointed (rarely any: one listing)
         if sweep.layout.pending(batch).exists():
             for checkpoint in sweep.layout.pending(batch).iterdir():
@@ -294,23 +323,15 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
             differ = [f"{key} {record.get(key)}, now {want}"
                       for key, want in summary_versions(sweep.experiments.get(name)).items()
                       if record.get(key) != want]
-            gone = [b for b in sweep.batches_of(name) if _manifest_deleted(sweep, b)]
+            gone = [b for b in sweep.batches_of(name) if not sweep.layout.manifest(b).exists()]
             if differ:
                 found[name] = "stale (built under " + "; ".join(differ) + ")"
             elif gone:
-                found[name] = f"built from batch {gone[0]}, whose manifest is missing"
+                found[name] = f"built without batch {gone[0]}, which has no manifest (new cells, or its " \
+                              "manifest deleted)"
         elif any(p.exists() for p in sweep.layout.figures(name)):
             found[name] = "missing while its figure stays"
     return found
-
-
-def _manifest_deleted(sweep: Sweep, batch: str) -> bool:
-    """A batch that ran (its store holds every cell) but whose manifest is gone; a batch that never
-    ran (new cells, say a value added to an axis) runs anyway."""
-    if sweep.layout.manifest(batch).exists():
-        return False
-    held = set(record_of(sweep.layout.store(batch)).get("cells") or ())
-    return bool(held) and all(cell_id(cell) in held for cell in sweep.batches[batch])
 
 
 def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
@@ -440,6 +461,7 @@ def plot_job(summary_path: str, outputs, modules=()):
 
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
+           "store_health",
            "batch_params", "cell_states", "failed_cells", "failure_report", "figure_caption", "issue_repairs",
            "issue_summary_tickets", "lock_for_child", "lock_results", "old_layout_stores",
            "outdated_summaries",
