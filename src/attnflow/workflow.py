@@ -191,8 +191,9 @@ def store_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False
 def batch_health(sweep: Sweep, batch: str, record: dict,
                  checksums: bool = False) -> list[tuple[str, StoreState]]:
     """What is wrong with a finished batch (its manifest ``record``, ``{}`` when unreadable), as (path,
-    state) pairs: an unreadable or old manifest, cells its manifest does not record (new grid values),
-    its store (``store_health``), its failed cells.
+    state) pairs: an unreadable or old manifest, its store (``store_health``), its failed cells. (A
+    batch that gained cells, a grid value added, is not damaged: Snakemake reruns it, its parameters
+    changed.)
     """
     store = sweep.layout.store(batch)
     if not record:
@@ -200,10 +201,9 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
     if record.get("format") != MANIFEST_FORMAT:
         return [(str(store), StoreState("stale", "written by attnflow 0.1, one store per cell, which this "
                                                  "version does not read"))]
-    recorded = set(record["cells"]) | set(record["failed"])
-    new = [c for c in sweep.batches[batch] if cell_id(c) not in recorded]
-    if new:  # the batch gained cells (a grid value added): it runs, and computes those alone
-        return [(str(store), StoreState("missing", f"{len(new)} of its cells not simulated yet"))]
+    if not record["cells"] and not record["failed"]:  # a job records every cell, stored or failed
+        return [(str(store), StoreState("corrupt", "its manifest records none of its cells: the batch "
+                                                   "runs again"))]
     problems = []
     if not (state := store_health(sweep, batch, record, checksums)).ok:
         problems.append((str(store), state))
@@ -323,15 +323,24 @@ def outdated_summaries(sweep: Sweep) -> dict[str, str]:
             differ = [f"{key} {record.get(key)}, now {want}"
                       for key, want in summary_versions(sweep.experiments.get(name)).items()
                       if record.get(key) != want]
-            gone = [b for b in sweep.batches_of(name) if not sweep.layout.manifest(b).exists()]
+            gone = [b for b in sweep.batches_of(name) if _manifest_deleted(sweep, b)]
             if differ:
                 found[name] = "stale (built under " + "; ".join(differ) + ")"
             elif gone:
-                found[name] = f"built without batch {gone[0]}, which has no manifest (new cells, or its " \
-                              "manifest deleted)"
+                found[name] = f"built from batch {gone[0]}, whose manifest is missing"
         elif any(p.exists() for p in sweep.layout.figures(name)):
             found[name] = "missing while its figure stays"
     return found
+
+
+def _manifest_deleted(sweep: Sweep, batch: str) -> bool:
+    """A batch that ran (its store holds every cell) but whose manifest is gone; a batch that never
+    ran (new cells, say a value added to an axis) runs anyway: a ticket written for it by a dry run
+    of another config would rerun it later for nothing."""
+    if sweep.layout.manifest(batch).exists():
+        return False
+    held = set(record_of(sweep.layout.store(batch)).get("cells") or ())
+    return bool(held) and all(cell_id(cell) in held for cell in sweep.batches[batch])
 
 
 def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
