@@ -56,6 +56,7 @@ RUN = {
     "pip install .": "attnflow --help",
     "snakemake": "snakemake -n",
     "snakemake -n": "snakemake -n",
+    "snakemake --forcerun simulate": "snakemake -n --forcerun simulate",
     "snakemake --config dask_scheduler=synchronous": "snakemake -n --config dask_scheduler=synchronous",
     "snakemake --configfile config/paper.yaml": "snakemake -n --configfile config/paper.yaml",
     "snakemake --configfile ...": "snakemake -n --configfile config/paper.yaml",
