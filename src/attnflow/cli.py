@@ -61,9 +61,7 @@ def _status(args) -> int:
         return 2
     for name, why in sweep.skipped.items():
         print(f"attnflow status: skipping experiment {name}: {why}", file=sys.stderr)
-    from .workflow import old_layout_stores
-
-    old = old_layout_stores(sweep)
+    old = sweep.layout.old_stores()
     if old:
         print(f"attnflow status: {len(old)} stores in {sweep.stores} are in the layout of attnflow 0.1 "
               "(a directory per cell), which this version does not read: their cells count as missing and "

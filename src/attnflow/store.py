@@ -167,6 +167,40 @@ def _read_record(zf: zipfile.ZipFile) -> dict | None:
         return None
 
 
+def _judge(record: dict | None, sizes: dict[str, int], digest, expect: dict | None) -> StoreState:
+    """A store's state from its record, its members' sizes and ``digest(name)`` (their SHA-256, None
+    when unreadable; ``digest=None``: sizes only)."""
+    if record is None:
+        return StoreState("corrupt", f"no readable completion record ({RECORD})")
+    bad = {}
+    for name, meta in record["members"].items():
+        if name not in sizes:
+            bad[name] = "is missing"
+        elif sizes[name] != meta["size"]:
+            bad[name] = f"has {sizes[name]} bytes, {meta['size']} were written"
+        elif digest is not None and digest(name) != meta["sha256"]:
+            bad[name] = "does not match its checksum"
+    if bad:
+        first = sorted(bad)[0]
+        groups = tuple(sorted({_group_of(name, record["groups"]) for name in bad}))
+        return StoreState("corrupt", f"{_describe(first)} {bad[first]}", groups)
+    extra = sorted(set(sizes) - set(record["members"]) - {RECORD})
+    if extra:
+        return StoreState("corrupt", f"unrecorded member {extra[0]}")
+    for key, want in (expect or {}).items():
+        if record.get(key) != want:
+            return StoreState("stale", f"written under {key} {record.get(key)}, now {want}")
+    return StoreState("done")
+
+
+def _absent(path: Path) -> StoreState:
+    return StoreState("interrupted" if partials(path) else "missing")
+
+
+def _unreadable(err: Exception) -> StoreState:
+    return StoreState("corrupt", f"not a readable zip file ({type(err).__name__}: {err})")
+
+
 def verify(path: str | Path, *, checksums: bool = True, expect: dict | None = None) -> StoreState:
     """Check a store against its completion record.
 
@@ -178,35 +212,33 @@ def verify(path: str | Path, *, checksums: bool = True, expect: dict | None = No
     """
     path = Path(path)
     if not path.exists():
-        return StoreState("interrupted" if partials(path) else "missing")
+        return _absent(path)
     try:
         with zipfile.ZipFile(path) as zf:
-            record = _read_record(zf)
-            if record is None:
-                return StoreState("corrupt", f"no readable completion record ({RECORD})")
-            members = record["members"]
             sizes = {info.filename: info.file_size for info in zf.infolist()}
-            bad = {}
-            for name, meta in members.items():
-                if name not in sizes:
-                    bad[name] = "is missing"
-                elif sizes[name] != meta["size"]:
-                    bad[name] = f"has {sizes[name]} bytes, {meta['size']} were written"
-                elif checksums and _sha256(zf, name) != meta["sha256"]:
-                    bad[name] = "does not match its checksum"
-            extra = sorted(set(sizes) - set(members) - {RECORD})
+            return _judge(_read_record(zf), sizes, (lambda name: _sha256(zf, name)) if checksums else None,
+                          expect)
     except UNREADABLE as err:
-        return StoreState("corrupt", f"not a readable zip file ({type(err).__name__}: {err})")
-    if bad:
-        first = sorted(bad)[0]
-        groups = tuple(sorted({_group_of(name, record["groups"]) for name in bad}))
-        return StoreState("corrupt", f"{_describe(first)} {bad[first]}", groups)
-    if extra:
-        return StoreState("corrupt", f"unrecorded member {extra[0]}")
-    for key, want in (expect or {}).items():
-        if record.get(key) != want:
-            return StoreState("stale", f"written under {key} {record.get(key)}, now {want}")
-    return StoreState("done")
+        return _unreadable(err)
+
+
+def read(path: str | Path, expect: dict | None = None) -> tuple[StoreState, dict, dict[str, bytes]]:
+    """A store read once, every byte checked: ``(state, record, members)``. The members that can be
+    read are returned whatever the state (a corrupt store's intact groups are usable); ``{}`` and
+    ``{}`` when the file cannot be read at all."""
+    path = Path(path)
+    if not path.exists():
+        return _absent(path), {}, {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            sizes = {info.filename: info.file_size for info in zf.infolist()}
+            record = _read_record(zf)
+            members = _read_all(zf, skip_damaged=True)
+    except UNREADABLE as err:
+        return _unreadable(err), {}, {}
+    state = _judge(record, sizes, lambda name: hashlib.sha256(members[name]).hexdigest()
+                   if name in members else None, expect)
+    return state, record or {}, members
 
 
 def _sha256(zf: zipfile.ZipFile, name: str) -> str | None:
@@ -244,16 +276,20 @@ def record_of(path: str | Path) -> dict:
 def read_members(path: str | Path, *, skip_damaged: bool = False) -> dict[str, bytes]:
     """Every member of a store, read in one pass (zip checks each member's CRC-32); with
     ``skip_damaged`` a member that cannot be read is left out instead of raising."""
-    members = {}
     with zipfile.ZipFile(path) as zf:
-        for name in zf.namelist():
-            if name == RECORD:
-                continue
-            try:
-                members[name] = zf.read(name)
-            except UNREADABLE:
-                if not skip_damaged:
-                    raise
+        return _read_all(zf, skip_damaged)
+
+
+def _read_all(zf: zipfile.ZipFile, skip_damaged: bool) -> dict[str, bytes]:
+    members = {}
+    for name in zf.namelist():
+        if name == RECORD:
+            continue
+        try:
+            members[name] = zf.read(name)
+        except UNREADABLE:
+            if not skip_damaged:
+                raise
     return members
 
 
@@ -274,35 +310,24 @@ def quarantine(path: str | Path) -> Path:
     return aside
 
 
-def check(path: str | Path, expect: dict | None = None) -> None:
-    """Verify a store, every byte; ``CorruptStore`` (``StaleStore`` for other ``expect``ed versions)
-    naming it and what differs."""
-    state = verify(path, expect=expect)
+def _raise_for(path: Path, state: StoreState) -> None:
     if state.status == "stale":
         raise StaleStore(f"{path}: stale ({state.detail})")
     if not state.ok:
         raise CorruptStore(f"{path}: {state.status}" + (f" ({state.detail})" if state.detail else ""))
 
 
+def check(path: str | Path, expect: dict | None = None) -> None:
+    """Verify a store, every byte; ``CorruptStore`` (``StaleStore`` for other ``expect``ed versions)
+    naming it and what differs."""
+    _raise_for(Path(path), verify(path, expect=expect))
+
+
 def load(path: str | Path, expect: dict | None = None) -> tuple[dict, dict[str, bytes]]:
     """A store's record and members, read once and checked against the record, every byte; raises
     as ``check`` does."""
-    path = Path(path)
-    try:
-        with zipfile.ZipFile(path) as zf:
-            record = _read_record(zf)
-            members = {name: zf.read(name) for name in zf.namelist() if name != RECORD}
-    except UNREADABLE:
-        check(path, expect)  # names what is wrong (missing, interrupted, unreadable)
-        raise
-    if record is None or set(members) != set(record["members"]) or any(
-            hashlib.sha256(members[name]).hexdigest() != meta["sha256"]
-            for name, meta in record["members"].items()):
-        check(path, expect)
-        raise CorruptStore(f"{path}: corrupt")
-    for key, want in (expect or {}).items():
-        if record.get(key) != want:
-            raise StaleStore(f"{path}: stale (written under {key} {record.get(key)}, now {want})")
+    state, record, members = read(path, expect)
+    _raise_for(Path(path), state)
     return record, members
 
 
@@ -312,5 +337,5 @@ def open_verified(path: str | Path, expect: dict | None = None, group: str = "",
 
 
 __all__ = ["CorruptStore", "RECORD", "StaleStore", "StoreState", "check", "load", "open_members",
-           "open_verified",
+           "open_verified", "read",
            "partials", "quarantine", "read_members", "record_of", "verify", "write"]

@@ -197,29 +197,26 @@ class BatchResult:
 CELL_ERRORS = (ArithmeticError, SystemError)
 
 
-def stored_cells(path: str | Path, state: StoreState | None = None) -> dict[str, xr.Dataset]:
+def stored_cells(path: str | Path) -> dict[str, xr.Dataset]:
     """The cells of a batch's store that can be trusted (id -> dataset, loaded): all of a complete
     store's, those of a corrupt store's intact groups, none of a stale or unreadable one's."""
-    from .pack import split
-    from .store import UNREADABLE, open_members, read_members, record_of
+    return _read_cells(path)[1]
 
-    state = state or verify_batch(path)
-    if state.status not in ("done", "corrupt"):
-        return {}
-    try:
-        members = read_members(path, skip_damaged=True)  # a damaged member costs its group only
-        groups = record_of(path).get("groups", [])
-    except UNREADABLE:  # unreadable as a whole: nothing in it is trusted
-        return {}
-    if "" in state.damaged:  # the root's metadata: no group can be opened from it
-        return {}
+
+def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
+    """A batch's store read once, every byte checked: its state and its trusted cells."""
+    from .pack import split
+    from .store import open_members, read
+
+    state, record, members = read(path, expect=store_versions())
+    if state.status not in ("done", "corrupt") or "" in state.damaged:  # "": the root's metadata
+        return state, {}
     cells = {}
-    for group in groups:
-        if group in state.damaged:
-            continue
-        with open_members(members, group, chunks=None) as ds:
-            cells.update(split(ds.load()))
-    return cells
+    for group in record.get("groups", []):
+        if group not in state.damaged:
+            with open_members(members, group, chunks=None) as ds:
+                cells.update(split(ds.load()))
+    return state, cells
 
 
 def _pending_cells(directory: Path) -> dict[str, xr.Dataset]:
@@ -263,11 +260,10 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     ids = [cell_id(c) for c in cells]
     # Every byte: a job reads its own store once. The start-up check compares sizes and times
     # only; bit rot reaches this job through the ticket `attnflow status --deep` writes.
-    state = verify_batch(path)
+    state, have = _read_cells(path)
     if state.status in ("corrupt", "stale"):
         log(f"{path.name}: {state.status} ({state.detail}); its "
             + ("intact cells are kept" if state.status == "corrupt" else "cells are computed again"))
-    have = stored_cells(path, state)
     stored = set(have)
     resumed = {cid: ds for cid, ds in _pending_cells(pending).items() if cid not in have}
     have.update(resumed)

@@ -230,12 +230,6 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
     return found
 
 
-def old_layout_stores(sweep: Sweep) -> list[Path]:
-    """Stores of attnflow 0.1, a directory per cell, which nothing reads now: the workflow and
-    ``attnflow status`` report them."""
-    return sweep.layout.old_stores()
-
-
 def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
     """Every cell of the sweep -> its state: done | missing | failed (its error as detail) | corrupt |
     interrupted (finished by a job that was killed before writing its batch's store) | stale.
@@ -472,7 +466,7 @@ def plot_job(summary_path: str, outputs, modules=()):
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
            "store_health",
            "batch_params", "cell_states", "failed_cells", "failure_report", "figure_caption", "issue_repairs",
-           "issue_summary_tickets", "lock_for_child", "lock_results", "old_layout_stores",
+           "issue_summary_tickets", "lock_for_child", "lock_results",
            "outdated_summaries",
            "plot_job", "provenance", "read_manifest", "release_results", "repair_tickets", "results_holder",
            "simulate_job", "summary_tickets", "sweep_from_workflow", "unhealthy"]

@@ -11,7 +11,6 @@ from attnflow.workflow import (
     issue_repairs,
     issue_summary_tickets,
     lock_results,
-    old_layout_stores,
     results_holder,
     repair_tickets,
     summary_tickets,
@@ -68,7 +67,7 @@ if not workflow.remote_exec and not _HOLDER:
                 + f": batch {_batch} recomputes it",
                 file=sys.stderr,
             )
-    _old = old_layout_stores(SWEEP)
+    _old = LAYOUT.old_stores()
     if _old:
         print(
             f"attnflow: {len(_old)} stores in {SWEEP.stores} are in the layout of attnflow 0.1 (a directory "
