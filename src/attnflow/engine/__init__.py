@@ -2,8 +2,8 @@
 
 ``solve`` prepares the score matrices in the form that is cheapest to apply
 (``heads.Form``), allocates the variables of the wanted observable groups, and
-runs the compiled loop (``dopri.solve_batch``) with single-threaded BLAS inside
-numba's threads. ``observe`` measures the same variables at given
+runs the compiled loop (``dopri.solve_batch``) on the cores (``threads``), with
+single-threaded BLAS. ``observe`` measures the same variables at given
 configurations, without integrating.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import numba
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
@@ -40,6 +39,7 @@ from .dopri import (
 )
 from .field import COMPILED_FORMS, COMPILED_WEIGHTS, Flow, HeadArrays
 from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
+from .threads import run_threads
 from .version import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 
 __all__ = ["EngineResult", "IntegrationError", "check_compiled", "compilations", "observe", "solve"]
@@ -259,9 +259,9 @@ def solve(
                       0.0 if fixed_step is None else float(fixed_step))
     criterion = Criterion(int(METRICS[cluster_metric]), float(cluster_threshold), 1.0 - float(cluster_eps),
                           bool(stop_at_cluster))
-    with _blas().limit(limits=1), numba.parallel_chunksize(1):
-        solve_batch(x0, head_arrays, flow, _per_trajectory(beta, B), t_eval, _method(tableau), control,
-                    criterion, _sampling(groups), out, stats)
+    with _blas().limit(limits=1):
+        run_threads(solve_batch, B, x0, head_arrays, flow, _per_trajectory(beta, B), t_eval, _method(tableau),
+                    control, criterion, _sampling(groups), out, stats)
     counts, times = stats
     failed = np.flatnonzero(counts[:, STATUS] != Status.OK)
     if failed.size:
@@ -302,7 +302,7 @@ def observe(
     out = _outputs(groups, B, 1, head_arrays.H, n, d)
     drift = np.zeros(B)
     with _blas().limit(limits=1):
-        observe_batch(x, head_arrays, flow, _per_trajectory(beta, B), _sampling(groups),
+        run_threads(observe_batch, B, x, head_arrays, flow, _per_trajectory(beta, B), _sampling(groups),
                       1.0 - float(cluster_eps), out, drift)
     return {var.name: getattr(out, var.name)[:, 0] for var in variables(groups)}
 

@@ -1,4 +1,4 @@
-"""The adaptive Runge-Kutta loop, compiled: one trajectory per thread, no Python per step.
+"""The adaptive Runge-Kutta loop, compiled: one trajectory per thread at a time, no Python per step.
 
 Each trajectory takes its own steps with its own error control (so one stiff
 trajectory never shrinks another's steps), samples its observables from the
@@ -18,8 +18,9 @@ import numba
 import numpy as np
 
 from .borrow import borrow, keep
-from .field import HeadArrays, field, workspace
+from .field import HeadArrays, copy_into, field, workspace
 from .measure import Metric, criterion_value, measure, scratch
+from .threads import take_next
 
 _SAFETY, _MIN_FACTOR, _MAX_FACTOR = 0.9, 0.2, 10.0
 _EPS = np.finfo(np.float64).eps
@@ -308,10 +309,10 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
                 t_cluster = _locate(y, stages, h, t, sigma_unmet, 1.0, method.poly, buf.weights,
                                     flow.spherical, criterion, buf.xs, ws, sc)
                 found = True
-            y[:, :] = buf.y_new
+            copy_into(y, buf.y_new)
             if method.fsal:
                 # The last stage is f at the unretracted point, an O(local error) offset.
-                stages[0][:, :] = stages[n_stages - 1]
+                copy_into(stages[0], stages[n_stages - 1])
             else:
                 field(y, stages[0], hd, flow, beta, np.bool_(False), np.bool_(False), ws)
                 calls += 1
@@ -369,23 +370,32 @@ def trajectory_heads(batch, b):
                       _row(batch.ut, b), _row(batch.eig, b), _row(batch.values_t, b), batch.shared, batch.H)
 
 
-@numba.njit(cache=True, parallel=True)
-def solve_batch(x0, head_arrays, flow, beta, t_eval, method, control, criterion, sampling, out, stats):
-    """Integrate every trajectory of the batch (``prange``: one per thread at a time); ``beta`` is (B,).
+@numba.njit(cache=True, nogil=True)
+def solve_batch(counter, x0, head_arrays, flow, beta, t_eval, method, control, criterion, sampling, out,
+                stats):
+    """Integrate trajectories of the batch, taking each from ``counter`` until none is left (one thread of
+    ``threads.run_threads``); ``beta`` is (B,).
 
     The trajectories get borrowed views of the shared arrays, which live for this call: no
     reference counts for threads to contend on (``engine.borrow``).
     """
-    for b in numba.prange(x0.shape[0]):
-        solve_one(np.int64(b), np.ascontiguousarray(x0[b]), trajectory_heads(borrow(head_arrays), b), flow,
+    while True:
+        b = take_next(counter)
+        if b >= x0.shape[0]:
+            break
+        solve_one(b, np.ascontiguousarray(x0[b]), trajectory_heads(borrow(head_arrays), b), flow,
                   beta[b], borrow(t_eval), borrow(method), control, criterion, borrow(sampling), borrow(out),
                   borrow(stats))
 
 
-@numba.njit(cache=True, parallel=True)
-def observe_batch(x, head_arrays, flow, beta, sampling, level, out, drift):
-    """The variables of the wanted groups at every configuration ``x[b]``, as sample 0 of ``out``."""
-    for b in numba.prange(x.shape[0]):
+@numba.njit(cache=True, nogil=True)
+def observe_batch(counter, x, head_arrays, flow, beta, sampling, level, out, drift):
+    """The variables of the wanted groups at configurations ``x[b]`` taken from ``counter``, as sample 0
+    of ``out`` (one thread of ``threads.run_threads``)."""
+    while True:
+        b = take_next(counter)
+        if b >= x.shape[0]:
+            break
         hd = trajectory_heads(borrow(head_arrays), b)
         n, d = x.shape[1:]
         owned = (workspace(n, d, hd.H, hd.eig.shape[1], True, not hd.shared), scratch(n, d, hd.H),
@@ -394,5 +404,5 @@ def observe_batch(x, head_arrays, flow, beta, sampling, level, out, drift):
         on = np.bool_(True)
         field(xb, xdot, hd, flow, beta[b], on, on, ws)
         drift[b] = measure(xb, xdot, borrow(sampling), flow, beta[b], hd.shared, level, ws, sc, borrow(out),
-                           np.int64(b), np.int64(0))
+                           b, np.int64(0))
         keep(owned)

@@ -200,6 +200,16 @@ def row_scale(flow, f, rowsum):
 
 
 @numba.njit(cache=True, inline="always")
+def copy_into(dst, src):
+    """``dst[:, :] = src`` for 2-d arrays of one shape. A slice assignment would do, but its shape
+    check and error message cost each function holding one seconds of compilation (measured)."""
+    n, d = src.shape
+    for i in range(n):
+        for k in range(d):
+            dst[i, k] = src[i, k]
+
+
+@numba.njit(cache=True, inline="always")
 def transpose_into(x, xt):
     n, d = x.shape
     for i in range(n):
@@ -254,7 +264,7 @@ def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
             head_rows(x, hd, h, ws)
             np.dot(ws.y[h], ws.xt, s)  # s_ij = <M_h x_i, x_j>
         if keep_scores:
-            ws.sraw[h][:, :] = s
+            copy_into(ws.sraw[h], s)
         attention_weights(flow, s, beta, ws.rowmax[h], ws.rowsum[h], ws.bits)
         f = ws.f[h]
         if not hd.shared:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..attention import Energy, Entropy, Weights
 from .expo import exp_inplace
-from .field import lane_sum, transpose_into
+from .field import copy_into, lane_sum, transpose_into
 
 
 class Group(IntEnum):
@@ -355,7 +355,7 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
     if want[Group.CLUSTERS]:
         out.cluster_count[b, t] = count_clusters(sc.gram, cluster_level, sc.parent)
     if want[Group.POSITIONS]:
-        out.x[b, t] = x
+        copy_into(out.x[b, t], x)
 
     if want[Group.VELOCITY]:
         kinetic, self_rate = 0.0, 0.0
