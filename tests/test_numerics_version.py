@@ -188,24 +188,31 @@ def test_stale_stores_are_listed_and_exactly_they_are_recomputed(beta_star_run, 
     assert "stale" not in capsys.readouterr().out.split("\n", 1)[1]
 
 
+# A summary of another reduction version, of other numerics, or of no recorded version: one summary
+# of the tiny run's each, so that one run rebuilds the three (each summary is judged on its own).
+STALE_SUMMARIES = {"beta_star": {"reduction_version": 0}, "energy": {"numerics_version": 0},
+                   "entropy": {"reduction_version": None}}
+
+
 @pytest.mark.workflow
-@pytest.mark.parametrize("record", [{"reduction_version": 0}, {"numerics_version": 0},
-                                    {"reduction_version": None}])
-def test_a_stale_summary_is_rebuilt_with_its_figure(beta_star_run, tmp_path, record):
+def test_stale_summaries_are_rebuilt_with_their_figures(tiny_run, tmp_path):
     import shutil
 
-    from sweep_helpers import planned, run
+    from sweep_helpers import planned, run, write_config
 
-    shutil.copytree(beta_star_run[2], tmp_path / "results")
-    config = _beta_star_only(tmp_path)
+    shutil.copytree(tiny_run[2], tmp_path / "results")
+    config = write_config(tmp_path)
     results = tmp_path / "results"
-    summary = results / "summaries" / "beta_star.zarr.zip"
-    _set_record(summary, **record)
-    figure = (results / "figures" / "beta_star.png").stat().st_mtime_ns
-    assert planned(tmp_path, config) == {"aggregate": 1, "plot": 1, "all": 1}
+    figures = {}
+    for name, record in STALE_SUMMARIES.items():
+        _set_record(results / "summaries" / f"{name}.zarr.zip", **record)
+        figures[name] = (results / "figures" / f"{name}.png").stat().st_mtime_ns
+    stale = len(STALE_SUMMARIES)
+    assert planned(tmp_path, config) == {"aggregate": stale, "plot": stale, "all": 1}
     proc = run(tmp_path, config)
-    assert "the summary of beta_star is stale" in proc.stderr
-    assert (results / "figures" / "beta_star.png").stat().st_mtime_ns > figure
+    for name, figure in figures.items():
+        assert f"the summary of {name} is stale" in proc.stderr
+        assert (results / "figures" / f"{name}.png").stat().st_mtime_ns > figure
     assert planned(tmp_path, config) == {}
 
 

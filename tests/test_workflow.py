@@ -187,38 +187,50 @@ def _flip_last_byte(store, member):
         fh.write(bytes([last ^ 0xFF]))
 
 
-@pytest.mark.parametrize("damage", ["delete", "truncate-chunk", "delete-chunk"])
-def test_damaged_store_heals_with_a_plain_run(tiny_run, tmp_path, damage):
+# One store of a different experiment for each kind of damage: one heal run covers the three (each
+# store's batch is planned and recomputed on its own, whatever happens to the others).
+DAMAGES = {"beta_star": ("delete", None), "energy": ("truncate-chunk", "energy_rate"),
+           "entropy": ("delete-chunk", "entropy")}
+
+
+def test_damaged_stores_heal_with_a_plain_run(tiny_run, tmp_path):
     config = _copy_run(tiny_run, tmp_path)
     results = tmp_path / "results"
-    store, manifest = _store_of(results, "beta_star")
     before = snapshot(results / "simulations")
-    if damage == "delete":
-        store.unlink()
-    else:
-        chunk = _chunk(store, "energy_rate")
+    damaged = {}  # store -> manifest
+    for experiment, (damage, var) in DAMAGES.items():
+        store, manifest = _store_of(results, experiment)
+        damaged[store] = manifest
+        if damage == "delete":
+            store.unlink()
+            continue
+        chunk = _chunk(store, var)
         with zipfile.ZipFile(store) as zf:
             data = zf.read(chunk)
         _rewrite(store, chunk, data[:10] if damage == "truncate-chunk" else None)
-        assert attnflow_main(["status", "--configfile", str(config)]) == 0
-    # A dry run plans exactly the batch that holds it, then the summary and figure of each
-    # experiment that reads it (the tiny config shares some beta_star cells with toy_margin).
-    readers = _experiments_reading(config, store.name)
-    assert "beta_star" in readers
-    expected = {"simulate": 1, "aggregate": len(readers), "plot": len(readers), "all": 1}
+    assert len(damaged) == len(DAMAGES)
+    assert attnflow_main(["status", "--configfile", str(config)]) == 0
+    # A dry run plans exactly the batches that hold them, then the summary and figure of each
+    # experiment that reads one (the tiny config shares some beta_star cells with toy_margin).
+    readers = set().union(*(_experiments_reading(config, store.name) for store in damaged))
+    assert set(DAMAGES) <= readers
+    expected = {"simulate": len(damaged), "aggregate": len(readers), "plot": len(readers), "all": 1}
     assert planned(tmp_path, config) == expected
     proc = run(tmp_path, config)
-    assert f"batch {manifest.stem} recomputes it" in proc.stderr
+    for manifest in damaged.values():
+        assert f"batch {manifest.stem} recomputes it" in proc.stderr
     after = snapshot(results / "simulations")
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
-    # Only the damaged store changed; every other store's bytes and mtimes are untouched.
-    assert changed == {store.name}, sorted(changed)[:5]
-    healed, reference = stored_cells(store), stored_cells(tiny_run[2] / "simulations" / store.name)
-    assert set(healed) == set(reference) and reference
-    for cid in reference:
-        for var in ("energy_rate", "rd_margin", "t_cluster"):
-            np.testing.assert_array_equal(healed[cid][var].values, reference[cid][var].values,
-                                          err_msg=f"{cid} {var}")
+    # Only the damaged stores changed; every other store's bytes and mtimes are untouched.
+    assert changed == {store.name for store in damaged}, sorted(changed)[:5]
+    for store in damaged:
+        healed, reference = stored_cells(store), stored_cells(tiny_run[2] / "simulations" / store.name)
+        assert set(healed) == set(reference) and reference
+        for cid in reference:
+            assert set(healed[cid].data_vars) == set(reference[cid].data_vars)
+            for var in reference[cid].data_vars:
+                np.testing.assert_array_equal(healed[cid][var].values, reference[cid][var].values,
+                                              err_msg=f"{store.name} {cid} {var}")
     assert planned(tmp_path, config) == {}
 
 

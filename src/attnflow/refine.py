@@ -51,9 +51,11 @@ def refined_path(configfile: str | Path) -> Path:
     return path if path.name.endswith(".refined.yaml") else path.with_name(path.stem + ".refined.yaml")
 
 
-def run_workflow(configfile: Path, experiment: str, snakefile: Path, args, log=print) -> None:
+def run_workflow(configfile: Path, experiment: str, snakefile: Path, args, log=print, figure=True) -> None:
+    """Run the workflow up to ``experiment``'s figure, or its summary alone (``figure`` False: what a
+    round reads to place its points; the figure of a round the next one replaces is never drawn)."""
     sweep = validate(load(configfile), reach_scheduler=False)
-    target = str(sweep.layout.figure(experiment, "png"))
+    target = str(sweep.layout.figure(experiment, "png") if figure else sweep.layout.summary(experiment))
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--configfile", str(configfile),
            *args, target]
     log("running: " + " ".join(cmd))
@@ -90,7 +92,7 @@ def refine(configfile: str | Path, experiment: str, rounds: int = 1, snakemake_a
         out = refined_path(source)
         current = source
         for round_ in range(1, rounds + 1):
-            run_workflow(current, experiment, snakefile, snakemake_args, log)
+            run_workflow(current, experiment, snakefile, snakemake_args, log, figure=False)
             sweep = validate(config, reach_scheduler=False)
             with open_verified(sweep.layout.summary(experiment)) as summary:
                 points = exp.refinement(summary.load(), sweep.specs[experiment])
