@@ -228,9 +228,9 @@ def busy_core(name, repeat):
         busy = best_of(run, repeat)[0]
     finally:
         spinner.kill()
-    print(f"\nbeside one busy core ({name}, simulate() all observables, numba threading layer "
-          f"{numba.threading_layer()}): alone {alone:.3f} s, busy {busy:.3f} s, {busy / alone:.2f}x "
-          "(target <= 1.6x)")
+    print(f"\nbeside one busy core ({name}, simulate() all observables, {numba.get_num_threads()} engine "
+          f"threads taking trajectories from one counter): alone {alone:.3f} s, busy {busy:.3f} s, "
+          f"{busy / alone:.2f}x (target <= 1.6x)")
 
 
 def main(argv=None):
