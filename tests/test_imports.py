@@ -89,8 +89,10 @@ def test_job_start_up_loads_no_drawing_or_scipy():
     """Every Snakemake job (and the workflow's parse step) imports these and builds the experiment
     registry: matplotlib, seaborn and scipy load only where they are used (plot methods, closed
     forms, fits), not at start-up."""
-    code = ("import sys, attnflow.config, attnflow.experiments, attnflow.workflow, attnflow.sweep; "
-            "attnflow.experiments.registry(); "
+    # The tests' own experiment module too: the suite's hundred-odd workflow starts and jobs import it.
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            "import attnflow.config, attnflow.experiments, attnflow.workflow, attnflow.sweep; "
+            "attnflow.experiments.registry(); attnflow.experiments.registry(['toy_experiment']); "
             "print(sorted(m for m in ('scipy', 'matplotlib', 'seaborn') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
