@@ -87,7 +87,7 @@ def test_the_golden_cells_cluster():
 
 def test_the_version_is_one_int_reexported_by_the_engine():
     import attnflow.engine
-    from attnflow.engine.version import NUMERICS_VERSION
+    from attnflow.numerics import NUMERICS_VERSION
 
     assert attnflow.engine.NUMERICS_VERSION is NUMERICS_VERSION and isinstance(NUMERICS_VERSION, int)
 

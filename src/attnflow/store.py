@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import xarray as xr
-import zarr
 
 RECORD = "attnflow-complete.json"
 _FORMAT = 2  # 1: a directory per store (attnflow 0.1), no longer read
@@ -70,6 +69,8 @@ def partials(path: Path) -> list[Path]:
 
 def _encode(groups: Mapping[str, xr.Dataset], chunks: str) -> dict[str, bytes]:
     """Every group encoded by xarray into one in-memory zarr hierarchy: member name -> bytes."""
+    import zarr  # here, not at import: a workflow start judges stores from their records (0.17 s)
+
     buffers: dict = {}
     memory = zarr.storage.MemoryStore(store_dict=buffers)
     for name, ds in groups.items():
@@ -295,6 +296,7 @@ def _read_all(zf: zipfile.ZipFile, skip_damaged: bool) -> dict[str, bytes]:
 
 def open_members(members: Mapping[str, bytes], group: str = "", **kwargs) -> xr.Dataset:
     """A group of a store already read into memory, opened by xarray (lazily, from memory)."""
+    import zarr
     from zarr.core.buffer import default_buffer_prototype
 
     wrap = default_buffer_prototype().buffer.from_bytes

@@ -48,7 +48,7 @@ def cell_id(cell: Cell) -> str:
 def store_versions() -> dict:
     """What a simulation store's completion record must hold to be current: the numerics version
     (``attnflow.engine.NUMERICS_VERSION``). A store written under another is ``stale``."""
-    from .engine.version import NUMERICS_VERSION
+    from .numerics import NUMERICS_VERSION
 
     return {"numerics_version": NUMERICS_VERSION}
 

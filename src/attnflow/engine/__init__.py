@@ -17,6 +17,7 @@ from threadpoolctl import ThreadpoolController
 
 from ..attention import ATTENTIONS, MASKS, AttentionType
 from ..heads import Form
+from ..numerics import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 from ..observables import GROUPS, canonical_groups, variables
 from ..tableau import DOPRI5, ButcherTableau
 from .dopri import (
@@ -40,7 +41,6 @@ from .dopri import (
 from .field import COMPILED_FORMS, COMPILED_WEIGHTS, Flow, HeadArrays
 from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
 from .threads import run_threads
-from .version import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 
 __all__ = ["EngineResult", "IntegrationError", "check_compiled", "compilations", "observe", "solve"]
 

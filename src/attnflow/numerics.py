@@ -1,4 +1,8 @@
-"""The version of the numbers the engine computes.
+"""The version of the numbers the engine computes (``attnflow.engine`` re-exports it).
+
+Its own module, outside the engine package: the workflow reads it at every start (a store's
+record must match it), and importing anything under ``attnflow.engine`` loads numba and
+compiles the dispatch checks (0.3 s of each ``snakemake`` start, measured).
 
 Bump ``NUMERICS_VERSION`` with any change that moves a computed number (a new
 step-size rule, another interpolant for ``t_cluster``, a reordered sum): every
