@@ -37,7 +37,13 @@ from .sweep import describe_failures, store_versions, summary_versions, verify_b
 def dask_scheduler(name: str):
     """``threads`` | ``synchronous`` | ``distributed`` (a LocalCluster) | ``tcp://host:port``."""
     if name in ("threads", "synchronous"):
-        with dask.config.set(scheduler=name):
+        # The scheduler itself, not its name: to resolve a name dask imports dask.distributed, to look
+        # for a client (0.2 s of every aggregation job).
+        import dask.local
+        import dask.threaded
+
+        scheduler = {"threads": dask.threaded.get, "synchronous": dask.local.get_sync}[name]
+        with dask.config.set(scheduler=scheduler):
             yield
         return
     from dask.distributed import Client, LocalCluster
