@@ -10,6 +10,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files with end-to-end workflow tests first, the quick unit-test files after them (a stable sort:
+    each file's tests keep their order). Under pytest-xdist (``--dist loadfile``) a worker takes the
+    next file as it finishes one: the long files start early and the short ones fill the end, instead
+    of one worker finishing a long file alone while the other idles."""
+    slow = {item.path for item in items if item.get_closest_marker("workflow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261130)
