@@ -50,23 +50,30 @@ def _session_run(tmp_path_factory, name: str, make) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
-    """The tiny config run once locally on 2 cores: (workdir, config path, results dir)."""
+    """The tiny config run once locally on 2 cores, its simulate jobs at one thread each (two at a time:
+    both cores busy while another worker may be waiting for this run): (workdir, config path, results).
+
+    One thread on purpose too: test_faults.test_same_seeds_bit_identical_on_one_and_two_threads
+    compares its stores with those of ``beta_star_run`` (two threads a job).
+    """
     from sweep_helpers import run, write_config
 
-    tmp = _session_run(tmp_path_factory, "tiny", lambda tmp: run(tmp, write_config(tmp)))
+    tmp = _session_run(tmp_path_factory, "tiny",
+                       lambda tmp: run(tmp, write_config(tmp), "--set-threads", "simulate=1"))
     return tmp, tmp / "config.yaml", tmp / "results"
 
 
 @pytest.fixture(scope="session")
 def beta_star_run(tmp_path_factory):
-    """The tiny config's beta_star alone, run once locally on ONE core: (workdir, config path, results dir).
+    """The tiny config's beta_star alone, run once locally on 2 cores, two threads a simulate job (the
+    rule's own): (workdir, config path, results dir).
 
-    One core on purpose: test_faults.test_same_seeds_bit_identical_on_one_core compares its stores with
-    those of ``tiny_run`` (two cores). The stale-store, bit-rot and SLURM tests start from copies of it.
+    test_faults.test_same_seeds_bit_identical_on_one_and_two_threads compares its stores with those of
+    ``tiny_run`` (one thread a job). The stale-store, bit-rot and SLURM tests start from copies of it.
     """
     from sweep_helpers import beta_star_config, run
 
-    tmp = _session_run(tmp_path_factory, "beta_star", lambda tmp: run(tmp, beta_star_config(tmp), cores=1))
+    tmp = _session_run(tmp_path_factory, "beta_star", lambda tmp: run(tmp, beta_star_config(tmp), cores=2))
     return tmp, tmp / "config.yaml", tmp / "results"
 
 

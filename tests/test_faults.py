@@ -138,13 +138,14 @@ def test_status_without_a_config_file_is_one_line(tmp_path):
     assert proc.stderr.count("\n") == 1 and "nowhere.yaml" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_same_seeds_bit_identical_on_one_core(beta_star_run, tiny_run):
-    _, _, reference = tiny_run
-    # beta_star_run: the tiny config's beta_star alone, run on one core (the session's shared run).
+def test_same_seeds_bit_identical_on_one_and_two_threads(beta_star_run, tiny_run):
+    # tiny_run's simulate jobs ran at one thread each; beta_star_run (the tiny config's beta_star
+    # alone) at two, the rule's own: the same cells, the same numbers.
+    _, _, one_thread = tiny_run
     workdir, config, results = beta_star_run
-    one_core = stored(results)
-    assert one_core
-    assert_same_cells(one_core, stored(reference))
+    two_threads = stored(results)
+    assert two_threads
+    assert_same_cells(two_threads, stored(one_thread))
     assert planned(workdir, config) == {}
 
 
