@@ -50,9 +50,11 @@ def run_threads(kernel, items: int, *args) -> None:
         kernel(counter, *args)
         return
     others = [_helpers(threads - 1).submit(kernel, counter, *args) for _ in range(threads - 1)]
-    kernel(counter, *args)
-    for other in others:
-        other.result()
+    try:
+        kernel(counter, *args)
+    finally:  # never return (or raise) while a helper still writes into the batch's arrays
+        for other in others:
+            other.result()
 
 
 __all__ = ["run_threads", "take_next"]
