@@ -160,7 +160,7 @@ def _share_numba_cache(installed: Path) -> None:
     """The working tree's numba cache, for the same sources installed at ``installed``.
 
     numba keys a cached function on its source file's modification time and size, and keeps the
-    cache beside the file: an installed copy would compile the engine again (about 40 s on 2 cores,
+    cache beside the file: an installed copy would compile the engine again (about 25 s on 2 cores,
     README), once per session, testing nothing the working tree's compile did not. The installed
     sources are the working tree's (same bytes): they take its modification times, and the cache
     files are copied beside them (compiled_engine has compiled the solver first). Whatever the working

@@ -41,8 +41,8 @@ JOB_START_SECONDS = 2.0
 # Divided by 10 the expected time stays slightly on the high side.
 MODEL_OVER_MEASURED = 10.0
 # Compiling the engine where numba's cache is empty (resources.STARTUP_SECONDS
-# allows for it in every request): measured 30-45 s, once per node and cache.
-COMPILE_SECONDS = 40.0
+# allows for it in every request): measured 24 s, once per node and cache (README).
+COMPILE_SECONDS = 25.0
 # Measured on the tiny config: aggregating an experiment 2-15 s, plotting it 2-15 s.
 LOCAL_SECONDS = {"aggregate": 8.0, "plot": 8.0}
 # The simulate rule's threads (workflow/rules/simulate.smk), unless a profile sets them.
