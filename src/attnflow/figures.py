@@ -43,6 +43,15 @@ def failed_note(summary: xr.Dataset) -> str:
     return f"Failed cells (missing in the figure): {describe_failures(failed)}." if failed else ""
 
 
+def _under_everything(fig, text: str, right: bool = False) -> None:
+    """A footnote under everything the figure drew so far (legends below the axes included), at its
+    left edge or, ``right``, its right edge."""
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    width, height = fig.get_figwidth(), fig.get_figheight()
+    fig.text((box.x1 if right else box.x0) / width, box.y0 / height - 0.01, text, fontsize=6,
+             ha="right" if right else "left", va="top", color="0.3")
+
+
 def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()) -> None:
     """Draw the summary's experiment figure and save it to every path in ``outputs`` (PNG, PDF).
 
@@ -53,12 +62,10 @@ def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()
     name = summary.attrs["experiment"]
     experiment = registry(experiment_modules).get(name)
     fig = experiment.plot(summary, spec_of(summary))
-    fig.text(0.995, -0.005, certificate_line(summary), ha="right", va="top", fontsize=6, color="0.3")
+    _under_everything(fig, certificate_line(summary), right=True)
     note = failed_note(summary)
-    if note:  # under everything the figure drew (legends below the axes included)
-        box = fig.get_tightbbox(fig.canvas.get_renderer())
-        fig.text(box.x0 / fig.get_figwidth(), box.y0 / fig.get_figheight() - 0.01, textwrap.fill(note, 140),
-                 fontsize=6, ha="left", va="top", color="0.3")
+    if note:
+        _under_everything(fig, textwrap.fill(note, 140))
     provenance = (f"attnflow {summary.attrs.get('attnflow_version', '?')}; experiment {name}; "
                   f"summary {source}; config sha256 {summary.attrs.get('config_sha256', '?')}")
     for path in outputs:
