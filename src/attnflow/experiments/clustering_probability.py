@@ -27,7 +27,7 @@ class ClusteringProbability(Experiment):
     defaults = {
         "fixed": {"attention": "softmax", "heads": "scalar", "lambda_dist": "equal", "lambda_bar": 1.0,
                   "init": "uniform", "n": 32, "d": 32, "seeds": 64, "t_max": 60.0, "n_samples": 2,
-                  "cluster_metric": "epsilon", "cluster_threshold": 1e-2},
+                  "cluster_metric": "epsilon", "cluster_threshold": 1e-2, "stop_at_cluster": True},
         "grid": {"H": [1, 4], "beta": [0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]},
         "batch_over": ["beta"],
     }

@@ -34,7 +34,8 @@ class Superadditivity(Experiment):
     defaults = {
         "fixed": {"heads": "scalar", "attention": "softmax", "H": 2, "n": 8, "d": 8, "gamma0": 0.0,
                   "seeds": 16, "t_max": 400.0, "n_samples": 41, "cluster_metric": "epsilon",
-                  "cluster_threshold": 1e-2, "rtol": 1e-8, "atol": 1e-11},
+                  "cluster_threshold": 1e-2, "rtol": 1e-8, "atol": 1e-11,
+                  "stop_at_cluster": True},
         "grid": {"init": ["equiangular", "uniform"], "spread": [0.5, 0.9],
                  "lambda_dist": ["equal", "linear"],
                  "lambda_bar": [0.25, 0.5, 1.0, 2.0, 4.0], "beta": [0.5, 1.0, 2.0, 4.0]},
