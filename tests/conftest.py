@@ -73,7 +73,8 @@ def beta_star_run(tmp_path_factory):
     """
     from sweep_helpers import beta_star_config, run
 
-    tmp = _session_run(tmp_path_factory, "beta_star", lambda tmp: run(tmp, beta_star_config(tmp), cores=2))
+    tmp = _session_run(tmp_path_factory, "beta_star",
+                       lambda tmp: run(tmp, beta_star_config(tmp), "--set-threads", "simulate=2", cores=2))
     return tmp, tmp / "config.yaml", tmp / "results"
 
 

@@ -11,9 +11,9 @@ model the simulate rule asks SLURM with (``attnflow.resources``), read two ways:
   charges against an allocation.
 - *expected*: the model without its margins: ``resources.cell_seconds`` of the
   cells still to compute (no ``SAFETY``, no start-up allowance), divided by
-  ``MODEL_OVER_MEASURED`` (the model's step count is an upper estimate by
-  design), plus a job's measured start-up, and the engine's compilation once
-  where numba's cache is empty. This is what the run should take;
+  ``MODEL_OVER_CPU`` (the model's step count is an upper estimate by
+  design) and by the threads a cell's seeds keep busy, plus a job's measured
+  start-up, and the engine's compilation once where numba's cache is empty. This is what the run should take;
   ``tests/test_plan.py`` checks it against the benchmarks of a measured run.
 
 Aggregation and plotting (local jobs) are costed at their measured times on the
@@ -37,9 +37,10 @@ from .sweep import Sweep, cell_id
 JOB_START_SECONDS = 2.0
 # resources.steps is an upper estimate (6x the measured steps at the median cell, at least
 # 1.2x everywhere) and FLOPS_PER_SECOND a floor: over config/paper.yaml the model's compute
-# (resources.cell_seconds) is 8750 s against 757 s measured (README, bench_workflow), 11.6x.
-# Divided by 10 the expected time stays slightly on the high side.
-MODEL_OVER_MEASURED = 10.0
+# (resources.cell_seconds) is 8750 s against 757 s measured on 2 threads a job (README,
+# bench_workflow), 11.6x; about 5.8x the CPU time. Divided by 5 the expected time stays slightly
+# on the high side.
+MODEL_OVER_CPU = 5.0
 # Compiling the engine where numba's cache is empty (resources.STARTUP_SECONDS
 # allows for it in every request): measured 24 s, once per node and cache (README).
 COMPILE_SECONDS = 25.0
@@ -72,14 +73,22 @@ class Job:
     memory_mb: int  # resources.memory_mb, attempt 1
 
 
-def jobs(sweep: Sweep, states: dict[str, str] | None = None) -> dict[str, Job]:
+def expected_seconds(cells, threads: int) -> float:
+    """What a simulate job computing ``cells`` on ``threads`` threads should take: its start-up, and
+    each cell's expected CPU time spread over the threads its seeds can keep busy (the engine runs a
+    cell's trajectories in parallel, one per thread at a time)."""
+    return JOB_START_SECONDS + sum(resources.cell_seconds(c) / MODEL_OVER_CPU / min(threads, c.n_seeds)
+                                   for c in cells)
+
+
+def jobs(sweep: Sweep, states: dict[str, str] | None = None,
+         threads: int = SIMULATE_THREADS) -> dict[str, Job]:
     states = cell_states(sweep) if states is None else states
     out = {}
     for name, cells in sweep.batches.items():
         todo = [c for c in cells if states[cell_id(c)] != "done"]
         runs = bool(todo) or not sweep.layout.manifest(name).exists()
-        compute = sum(resources.cell_seconds(c) for c in todo) / MODEL_OVER_MEASURED
-        out[name] = Job(name, len(cells), len(todo), runs, JOB_START_SECONDS + compute,
+        out[name] = Job(name, len(cells), len(todo), runs, expected_seconds(todo, threads),
                         resources.runtime_minutes(cells), resources.memory_mb(cells))
     return out
 
@@ -137,7 +146,7 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
     on cores of its own; queueing not counted). ``compile``: whether the engine must be compiled first
     (default: numba's cache is not found here)."""
     states = cell_states(sweep)
-    all_jobs = jobs(sweep, states)
+    all_jobs = jobs(sweep, states, threads)
     slots = cluster_jobs or max(1, cores // threads)
     compile_seconds = COMPILE_SECONDS if (not engine_cached() if compile is None else compile) else 0.0
     rows = {}
@@ -219,5 +228,6 @@ def to_json(result: Plan) -> str:
     return json.dumps(dataclasses.asdict(result), indent=1)
 
 
-__all__ = ["COMPILE_SECONDS", "JOB_START_SECONDS", "MODEL_OVER_MEASURED", "Job", "Plan", "cell_states",
-           "engine_cached", "jobs", "makespan", "plan", "profile_settings", "render", "to_json"]
+__all__ = ["COMPILE_SECONDS", "JOB_START_SECONDS", "MODEL_OVER_CPU", "Job", "Plan", "cell_states",
+           "engine_cached", "expected_seconds", "jobs", "makespan", "plan", "profile_settings", "render",
+           "to_json"]

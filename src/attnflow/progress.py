@@ -18,9 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import resources
 from .layout import Layout
-from .plan import JOB_START_SECONDS, MODEL_OVER_MEASURED, SIMULATE_THREADS, _duration, cell_states, makespan
+from .plan import SIMULATE_THREADS, _duration, cell_states, expected_seconds, makespan
 from .sweep import Sweep, cell_id
 
 
@@ -34,10 +33,6 @@ def benchmark_seconds(results: str | Path) -> dict[str, float]:
         except (OSError, StopIteration, KeyError, ValueError):
             continue  # being written, or not a benchmark
     return out
-
-
-def _expected(cells) -> float:
-    return JOB_START_SECONDS + sum(resources.cell_seconds(c) for c in cells) / MODEL_OVER_MEASURED
 
 
 @dataclasses.dataclass
@@ -56,14 +51,15 @@ def progress(sweep: Sweep, cores: int | None = None, threads: int = SIMULATE_THR
     measured / expected time of the finished jobs (1.0 without any)."""
     states = cell_states(sweep)
     measured = benchmark_seconds(sweep.results)
-    ratios = [measured[b] / _expected(cells) for b, cells in sweep.batches.items() if b in measured]
+    ratios = [measured[b] / expected_seconds(cells, threads)
+              for b, cells in sweep.batches.items() if b in measured]
     scale = float(np.median(ratios)) if ratios else 1.0
     slots = max(1, (cores or os.cpu_count() or 1) // threads)
     remaining = {}
     for batch, cells in sweep.batches.items():
         todo = [c for c in cells if states[cell_id(c)] != "done"]
         if todo:
-            remaining[batch] = scale * _expected(todo)
+            remaining[batch] = scale * expected_seconds(todo, threads)
     out = {}
     for name in sweep.specs:
         ids = set(cell_id(p.cell) for p in sweep.points[name])
