@@ -99,6 +99,10 @@ class HeadStructure:
     seeded: bool = False  # draws from the seed's random stream
     reads_strengths: bool = True  # built from lambda_dist / lambda_bar (trained heads bring their own)
     rank: Callable | None = None  # cell -> rank of each head's factors (factored form only)
+    # every M_h a multiple of the identity: a trajectory stays in the span of its initial tokens, where
+    # the engine integrates it when n < d (engine._span_basis decides from the arrays; the cost
+    # model reads this)
+    isotropic: bool = False
 
 
 def _unit_symmetric(rng: np.random.Generator, count: int, d: int) -> np.ndarray:
@@ -194,7 +198,8 @@ _TRAINED = ("weights", "layer", "head_subset", "model_heads")
 
 HEADS: Registry[HeadStructure] = Registry("heads", [
     HeadStructure("scalar", _scalar, Form.DIAGONAL, lambda c, lam: lam, (),
-                  "M_h = lambda_h I (where the closed forms of Thm 19, 22, 25, 27 are derived)"),
+                  "M_h = lambda_h I (where the closed forms of Thm 19, 22, 25, 27 are derived)",
+                  isotropic=True),
     HeadStructure("block", _block, Form.DIAGONAL, lambda c, lam: lam, (),
                   "exactly orthogonal heads: M_h = lambda_h P_h, P_h the projector on the h-th block "
                   "of d/H coordinates", check=_blocks_fit),

@@ -105,9 +105,11 @@ def steps(cell: Cell) -> float:
 
 def cell_seconds(cell: Cell) -> float:
     """Expected compute time of one cell (no margin)."""
-    form = HEADS.get(cell.heads).form
+    structure = HEADS.get(cell.heads)
+    form = structure.form
     if form == Form.DIAGONAL:
-        flops = cell.H * (cell.n * cell.d + 4 * cell.n * cell.n * cell.d)
+        d = min(cell.d, cell.n) if structure.isotropic else cell.d  # integrated in the tokens' span
+        flops = cell.H * (cell.n * d + 4 * cell.n * cell.n * d)
     elif form == Form.FACTORED:
         r = rank(cell)
         flops = cell.H * (4 * cell.n * cell.d * r + 4 * cell.n * cell.n * r)
