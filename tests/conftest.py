@@ -59,8 +59,8 @@ def _session_run(tmp_path_factory, name: str, make) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
-    """The tiny config run once locally on 2 cores, its simulate jobs at one thread each (two at a time:
-    both cores busy while another worker may be waiting for this run): (workdir, config path, results).
+    """The tiny config run once locally on 2 cores, its simulate jobs at one thread each (the rule's own:
+    two at a time): (workdir, config path, results).
 
     One thread on purpose too: test_faults.test_same_seeds_bit_identical_on_one_and_two_threads
     compares its stores with those of ``beta_star_run`` (two threads a job).
@@ -74,8 +74,8 @@ def tiny_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def beta_star_run(tmp_path_factory):
-    """The tiny config's beta_star alone, run once locally on 2 cores, two threads a simulate job (the
-    rule's own): (workdir, config path, results dir).
+    """The tiny config's beta_star alone, run once locally on 2 cores, two threads a simulate job (as the
+    SLURM profile sets): (workdir, config path, results dir).
 
     test_faults.test_same_seeds_bit_identical_on_one_and_two_threads compares its stores with those of
     ``tiny_run`` (one thread a job). The stale-store, bit-rot and SLURM tests start from copies of it.

@@ -7,7 +7,7 @@ import pytest
 
 from attnflow.access import load_sweep
 from attnflow.cli import main as attnflow_main
-from attnflow.plan import jobs
+from attnflow.plan import jobs, makespan
 from attnflow.progress import benchmark_seconds, progress
 
 pytestmark = pytest.mark.workflow
@@ -39,7 +39,9 @@ def test_share_done_and_eta_mid_run(tiny_run, tmp_path):
     assert report["toy_margin"].share == 1.0  # its cells are beta_star's
     assert report["energy"].share == 0.0 and report["energy"].eta_seconds > 0
     left = [expected[b] * scale for b in sweep.batches if b not in finished]
-    assert report["total"].eta_seconds == pytest.approx(sum(left))  # 2 cores: one 2-thread job at a time
+    # 2 cores: two one-thread jobs at a time, longest first; more than the longest, less than all in turn
+    assert report["total"].eta_seconds == pytest.approx(makespan(left, 2))
+    assert max(left) < report["total"].eta_seconds < sum(left)
     assert report["total"].done == sum(len(sweep.batches[b]) for b in finished)
 
 

@@ -47,7 +47,7 @@ COMPILE_SECONDS = 25.0
 # Measured on the tiny config: aggregating an experiment 2-15 s, plotting it 2-15 s.
 LOCAL_SECONDS = {"aggregate": 8.0, "plot": 8.0}
 # The simulate rule's threads (workflow/rules/simulate.smk), unless a profile sets them.
-SIMULATE_THREADS = 2
+SIMULATE_THREADS = 1
 STATES = ("new", "done", "failed", "stale")
 
 

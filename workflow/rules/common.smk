@@ -132,5 +132,11 @@ def simulate_mem_mb(wildcards, attempt):
     return resources.memory_mb(SWEEP.batches[wildcards.batch], attempt)
 
 
+def simulate_priority(wildcards):
+    """The batch's model time in seconds: Snakemake starts the longest simulate jobs first, so that
+    none is left running alone at the end (the order plan.makespan assumes)."""
+    return int(sum(resources.cell_seconds(c) for c in SWEEP.batches[wildcards.batch]))
+
+
 def simulate_runtime(wildcards, attempt):
     return resources.runtime_minutes(SWEEP.batches[wildcards.batch], attempt)

@@ -12,7 +12,10 @@ rule simulate:
         str(LAYOUT.benchmark("simulate", "{batch}"))
     log:
         str(LAYOUT.log("simulate", "{batch}")),
-    threads: 2
+    # One thread a job, one job per core: a job's serial parts (start-up, writing its store) overlap
+    # another's simulation, and the longest jobs start first. The SLURM profile sets 2 (set-threads).
+    threads: 1
+    priority: simulate_priority
     resources:
         mem_mb=simulate_mem_mb,
         runtime=simulate_runtime,
