@@ -36,11 +36,11 @@ from .sweep import Sweep, cell_id
 # stores encoded and written, manifest).
 JOB_START_SECONDS = 2.0
 # resources.steps is an upper estimate (6x the measured steps at the median cell, at least
-# 1.2x everywhere) and FLOPS_PER_SECOND a floor: over config/paper.yaml the model's compute
-# (resources.cell_seconds) is 8750 s against 757 s measured on 2 threads a job (README,
-# bench_workflow), 11.6x; about 5.8x the CPU time. Divided by 5 the expected time stays slightly
-# on the high side.
-MODEL_OVER_CPU = 5.0
+# 1.2x everywhere) and FLOPS_PER_SECOND a floor: over config/paper.yaml's 1996 cells the model's
+# compute (resources.cell_seconds) is 16,210 s against 908 s of CPU measured (17.9x), over
+# config/config.yaml's 638 cells 2,462 s against 118 s (20.8x; README, bench_workflow). Per
+# experiment it ranges from 0.3x (metastability's long horizons) to 49x (trained heads).
+MODEL_OVER_CPU = 18.0
 # Compiling the engine where numba's cache is empty (resources.STARTUP_SECONDS
 # allows for it in every request): measured 24 s, once per node and cache (README).
 COMPILE_SECONDS = 25.0
@@ -216,7 +216,8 @@ def render(result: Plan) -> str:
                      + f" {row['jobs']:5d} {row['jobs_to_run']:6d} {row['core_hours']:8.3f}"
                      f" {row['core_hours_requested']:10.2f} {_duration(row['wall_seconds']):>8}"
                      f" {row['max_memory_mb']:6d} MB")
-    lines.append(f"wall: simulate jobs {result.slots} at a time ({result.threads} threads each), then "
+    threads = f"{result.threads} thread{'s' if result.threads > 1 else ''}"
+    lines.append(f"wall: simulate jobs {result.slots} at a time ({threads} each), then "
                  f"aggregation and plotting on {result.cores} local cores. core-h: expected (the cost model "
                  "without its margins, scaled to measured runs); requested: what the simulate jobs ask "
                  "SLURM for (attempt 1). max mem: the largest simulate job's request.")
