@@ -19,15 +19,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path not in slow)
 
 
-@pytest.fixture(autouse=True)
-def _engine_compiled_first(request):
-    """Workflow tests start once the engine is in numba's cache (``compiled_engine``): otherwise the
-    first jobs of every run started before it exists compile it each (two at once in a run on one
-    thread a job, with the other worker's run beside them: 3 x 24 s of CPU where 24 s will do)."""
-    if request.node.get_closest_marker("workflow"):
-        request.getfixturevalue("compiled_engine")
-
-
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261130)
