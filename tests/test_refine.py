@@ -20,7 +20,7 @@ ROUNDS = 4
 @pytest.fixture(scope="module")
 def refined(tmp_path_factory):
     """``attnflow refine`` run for ROUNDS rounds on a toy grid with two lines (n = 8, 12), each line
-    one batch (``batch_over: [beta]``): (workdir, refined config, log messages). The tests only read it."""
+    one batch (``batch_over: [beta]``): (workdir, refined config). The tests only read it."""
     tmp_path = tmp_path_factory.mktemp("refine")
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setenv("PYTHONPATH", ENV["PYTHONPATH"])
@@ -30,14 +30,13 @@ def refined(tmp_path_factory):
             "experiments": {"toy_margin": {"fixed": {"d": 12}, "grid": {"beta": [0.25, 1.0], "n": [8, 12]},
                                            "batch_over": ["beta"]}},
         })
-        messages = []
         out = refine(config, "toy_margin", rounds=ROUNDS,
-                     snakemake_args=["--cores", "2", "--directory", str(tmp_path)], log=messages.append)
-    return tmp_path, out, messages
+                     snakemake_args=["--cores", "2", "--directory", str(tmp_path)], log=lambda *_: None)
+    return tmp_path, out
 
 
 def test_refinement_reaches_a_known_threshold(refined):
-    tmp_path, out, _ = refined
+    tmp_path, out = refined
     config = load(out)
     # Each round is recorded, with the points it added: one per line of the grid.
     record = config["refinement"]
@@ -70,7 +69,7 @@ def test_refinement_reaches_a_known_threshold(refined):
 
 
 def test_each_round_plans_only_new_cells(refined):
-    tmp_path, out, _ = refined
+    tmp_path, out = refined
     sweep = validate(load(out), reach_scheduler=False)
     # The next round's points, before it runs: one bracket per line, beta*(2, 8) and beta*(2, 12)
     # both in [0.25, 1].

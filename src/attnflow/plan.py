@@ -13,8 +13,9 @@ model the simulate rule asks SLURM with (``attnflow.resources``), read two ways:
   cells still to compute (no ``SAFETY``, no start-up allowance), divided by
   ``MODEL_OVER_CPU`` (the model's step count is an upper estimate by
   design) and by the threads a cell's seeds keep busy, plus a job's measured
-  start-up, and the engine's compilation once where numba's cache is empty. This is what the run should take;
-  ``tests/test_plan.py`` checks it against the benchmarks of a measured run.
+  start-up, and the engine's compilation once where numba's cache is empty.
+  This is what the run should take; ``tests/test_plan.py`` checks it against
+  the benchmarks of a measured run.
 
 Aggregation and plotting (local jobs) are costed at their measured times on the
 tiny config, per experiment.
