@@ -198,3 +198,47 @@ def test_cluster_count_counts_components():
     assert observe(x, m, attention="softmax", beta=1.0, groups=("clusters",),
                    cluster_eps=1.5)["cluster_count"][0] == 1
     assert math.isclose(observe(x, m, attention="softmax", beta=1.0)["gamma_min"][0], -1.0)
+
+
+# A kernel compiled by a child process through compile_once: it prints "locking" just before, "ready" after.
+CHILD = """
+import numba, numpy as np
+from attnflow.engine.threads import compile_once
+
+@numba.njit
+def add_one(a):
+    a[0] += 1
+
+print("locking", flush=True)
+compile_once(add_one, (np.zeros(1),))
+print("ready", len(add_one.overloads), flush=True)
+"""
+
+
+def test_a_kernel_compiles_under_the_machine_wide_lock():
+    """While another process holds the compile lock, a process about to compile waits; it compiles
+    once the lock is free. A kernel already compiled for the arguments never waits."""
+    import fcntl
+    import subprocess
+    import sys
+
+    import numba
+
+    from attnflow.engine.threads import compile_lock, compile_once
+
+    @numba.njit
+    def add_one(a):
+        a[0] += 1
+
+    ready = (np.zeros(1),)
+    add_one(*ready)
+    with open(compile_lock(), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        compile_once(add_one, ready)  # compiled already: returns at once (else it would wait on us)
+        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "locking"
+        # Compiling add_one takes well under a second; 3 s later the child must still be waiting.
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=3)
+    assert child.wait(timeout=120) == 0
+    assert child.stdout.read().split() == ["ready", "1"]
