@@ -62,19 +62,34 @@ def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()
     name = summary.attrs["experiment"]
     experiment = registry(experiment_modules).get(name)
     fig = experiment.plot(summary, spec_of(summary))
+    # Lay the figure out once, at the PNG's resolution, and keep that layout: the footnotes go under
+    # what it placed (a layout engine run later would move the axes onto them) and both files show it.
+    fig.set_dpi(DPI)
+    fig.draw_without_rendering()
+    fig.set_layout_engine("none")
     _under_everything(fig, certificate_line(summary), right=True)
     note = failed_note(summary)
     if note:
         _under_everything(fig, textwrap.fill(note, 140))
     provenance = (f"attnflow {summary.attrs.get('attnflow_version', '?')}; experiment {name}; "
                   f"summary {source}; config sha256 {summary.attrs.get('config_sha256', '?')}")
+    box = _tight_box(fig)
     for path in outputs:
         if str(path).endswith(".pdf"):
             meta = {"Title": f"attnflow {name}", "Subject": provenance, "Creator": "attnflow"}
         else:
             meta = {"Title": f"attnflow {name}", "Description": provenance, "Software": "attnflow"}
-        fig.savefig(path, dpi=150, bbox_inches="tight", metadata=meta)
+        fig.savefig(path, dpi=DPI, bbox_inches=box, metadata=meta)
     plt.close(fig)
+
+
+DPI = 150  # of the PNG
+
+
+def _tight_box(fig):
+    """The box ``savefig(bbox_inches="tight")`` crops the PNG to, computed once for both files: "tight"
+    lays the figure out again for each file it writes (a third of a plot job's drawing time)."""
+    return fig.get_tightbbox(fig.canvas.get_renderer()).padded(plt.rcParams["savefig.pad_inches"])
 
 
 __all__ = ["certificate_line", "failed_note", "render", "spec_of"]

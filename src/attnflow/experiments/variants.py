@@ -103,6 +103,10 @@ class Variants(Experiment):
                 values[np.isinf(values)] = np.nan  # a median clustering time beyond t_max: blank
                 vmin, vmax = limits if limits else (np.nanmin(values), np.nanmax(values))
                 ax = axes[r, c]
+                # seaborn draws the whole figure after each heatmap (to check its tick labels):
+                # with the other panels hidden meanwhile, that costs one panel, not all drawn so far.
+                for other in axes.flat:
+                    other.set_visible(other is ax)
                 sns.heatmap(values, ax=ax, cmap=cmap, vmin=vmin, vmax=vmax, annot=True,
                             fmt=".1f" if logscale or var == "t_cluster_median" else ".2f",
                             annot_kws={"fontsize": 6}, xticklabels=[f"{b:g}" for b in sub.beta.values],
@@ -110,6 +114,8 @@ class Variants(Experiment):
                 ax.set_xlabel(r"$\beta$")
                 ax.set_title(f"{title}\n{heads} heads", fontsize=8)
                 ax.tick_params(labelsize=7)
+        for ax in axes.flat:
+            ax.set_visible(True)
         seeds = spec.fixed["seeds"]
         fixed = self.describe_fixed(spec, ("H", "n", "d", "lambda_dist", "spread", "init", "t_max",
                                            "cluster_threshold"))
