@@ -235,10 +235,12 @@ def test_a_kernel_compiles_under_the_machine_wide_lock():
     with open(compile_lock(), "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         compile_once(add_one, ready)  # compiled already: returns at once (else it would wait on us)
-        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "locking"
         # Compiling add_one takes well under a second; 3 s later the child must still be waiting.
         with pytest.raises(subprocess.TimeoutExpired):
             child.wait(timeout=3)
     assert child.wait(timeout=120) == 0
     assert child.stdout.read().split() == ["ready", "1"]
+    assert "waiting for another process compiling the engine" in child.stderr.read()

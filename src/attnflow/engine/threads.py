@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import os
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,12 +60,18 @@ def compile_lock() -> Path:
 def compile_once(kernel, args) -> None:
     """Make ``kernel`` ready for ``args`` without running it: compiled, or loaded from numba's cache,
     by one process of this user at a time on this machine. A process that finds another compiling
-    waits for it, then loads what it cached in well under a second."""
+    says so on stderr (a job's log) and waits for it, then loads what it cached in well under a
+    second."""
     signature = tuple(numba.typeof(a) for a in args)
     if signature in kernel.overloads:
         return
-    with open(compile_lock(), "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+    with open(compile_lock(), "a") as held:  # the lock goes with the file when it closes
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"attnflow: waiting for another process compiling the engine ({compile_lock()}), "
+                  "to load what it caches", file=sys.stderr, flush=True)
+            fcntl.flock(held, fcntl.LOCK_EX)
         kernel.compile(signature)
 
 
