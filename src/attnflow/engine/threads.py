@@ -62,9 +62,9 @@ def compile_once(kernel, args) -> None:
     by one process of this user at a time on this machine. A process that finds another compiling
     says so on stderr (a job's log) and waits for it, then loads what it cached in well under a
     second."""
+    if kernel.overloads:  # ready in this process: the engine has one specialisation per kernel
+        return  # (typing the arguments again would cost 1% of a small cell's simulate())
     signature = tuple(numba.typeof(a) for a in args)
-    if signature in kernel.overloads:
-        return
     with open(compile_lock(), "a") as held:  # the lock goes with the file when it closes
         try:
             fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
