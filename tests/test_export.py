@@ -108,7 +108,7 @@ def test_declared_exports():
 
     declared = {e.name for e in registry() if type(e).export_table is not Experiment.export_table}
     assert {"beta_star", "superadditivity", "clustering_time", "clustering_probability",
-            "trained_heads"} <= declared
+            "trained_heads", "crossover", "metastability"} <= declared
 
 
 def test_helpers():
@@ -145,3 +145,63 @@ def test_trained_heads_table_from_a_synthetic_summary():
     assert row.beta_mono_low < row.beta_mono < row.beta_mono_high
     assert np.isnan(row.beta_mono_orthogonal)  # the idealisation never fails on this grid
     assert row.principal_angle_median == 80.0 and row.cross_norm_max == 0.3
+
+
+def test_metastability_table_is_the_fit_per_grid_line():
+    """Plateaus growing like e^{1.5 beta} (H = 1) and like beta^2 (H = 2), through the experiment's own
+    derive: the table gives each line's rate and exponent with intervals around the truth."""
+    rng = np.random.default_rng(5)
+    beta = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+    seeds, times = 16, np.array([0.0, 1.0, 10.0])
+    noise = np.exp(0.2 * rng.standard_normal((2, 1, beta.size, seeds)))
+    truth = np.stack([np.exp(1.5 * beta), beta**2])[:, None, :, None]
+    summary = xr.Dataset(
+        {"cluster_count": (("H", "d", "beta", "seed", "time"), np.full((2, 1, beta.size, seeds, 3), 2.0)),
+         "plateau": (("H", "d", "beta", "seed"), truth * noise),
+         "plateau_censored": (("H", "d", "beta", "seed"), np.zeros((2, 1, beta.size, seeds))),
+         "plateau_count": (("H", "d", "beta", "seed"), np.full((2, 1, beta.size, seeds), 2.0))},
+        coords={"H": [1, 2], "d": [2], "beta": beta, "seed": np.arange(seeds), "time": times})
+    exp = registry().get("metastability")
+    df = exp.export_table(exp.derive(summary, spec=None))
+    assert len(df) == 2 and list(df.columns[:2]) == ["H", "d"]
+    exponential, power = df.iloc[0], df.iloc[1]
+    assert exponential.rate_low < 1.5 < exponential.rate_high
+    assert exponential.verdict == "looks exponential in beta"
+    assert power.power_low < 2.0 < power.power_high
+    assert power.verdict == "looks like a power of beta"
+
+
+def test_crossover_table_brackets_the_closed_form_crossing():
+    """Equiangular particles on the closed-form ratio, uniform starts at twice it, through derive: the
+    equiangular lines' bracket holds the closed-form crossing beta, the uniform lines' does not."""
+    from types import SimpleNamespace
+
+    exp = registry().get("crossover")
+    fixed = exp.defaults["fixed"]
+    beta, levels = np.array([0.5, 1.0, 2.0, 4.0, 8.0]), np.array([0.5, 0.9, 0.99, 0.999])
+    closed = theory.time_ratio(1 / np.sqrt(fixed["d"]), levels[None, :], [fixed["lambda_bar"]],
+                               beta[:, None], fixed["n"])
+    t = np.ones((2, 2, beta.size, levels.size, 2))  # (attention, init, beta, level, seed)
+    t[1, 0] = closed[..., None]  # relu, equiangular: T_relu / T_softmax is the closed form
+    t[1, 1] = 2 * closed[..., None]  # relu, uniform: twice it
+    dims = ("attention", "init", "beta", "cluster_threshold", "seed")
+    summary = xr.Dataset(
+        {"t_cluster": (dims, t), "frozen": (dims, np.zeros_like(t)),
+         "clusters_end": (dims, np.full(t.shape, np.nan))},
+        coords={"attention": ["softmax", "relu"], "init": ["equiangular_typical", "uniform"], "beta": beta,
+                "cluster_threshold": levels, "seed": [0, 1]})
+    df = exp.export_table(exp.derive(summary, SimpleNamespace(fixed=fixed)))
+    assert len(df) == 2 * levels.size
+    for _, row in df.iterrows():
+        column = list(levels).index(row.cluster_threshold)
+        ratio = np.log(closed[:, column]) + (row.init == "uniform") * np.log(2)
+        below, above = (float(np.interp(np.log(b), np.log(beta), ratio)) for b in (row.beta_cross_low,
+                                                                                   row.beta_cross_high))
+        assert below > 0 > above  # relu faster (ratio < 1) above the bracket
+        assert row.beta_cross_closed == pytest.approx(theory.crossover_beta(
+            1 / np.sqrt(fixed["d"]), row.cluster_threshold, [fixed["lambda_bar"]], fixed["n"]))
+    eq = df[df.init == "equiangular_typical"]
+    assert (eq.beta_cross_low <= eq.beta_cross_closed).all()
+    assert (eq.beta_cross_closed <= eq.beta_cross_high).all()
+    assert (eq.max_rel_error < 1e-12).all() and df[df.init == "uniform"].max_rel_error.isna().all()
+    assert (df.relu_frozen_max == 0).all()

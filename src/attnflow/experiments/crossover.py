@@ -115,6 +115,32 @@ class Crossover(Experiment):
                           "equiangular_censored": int((~reached).sum())})
         return out
 
+    def export_table(self, summary):
+        """Per (init, level gamma1): the beta where the measured ratio T_relu / T_softmax crosses 1
+        (the bracket of grid values), against the closed-form crossing (exact equiangular ODEs)."""
+        from ..export import crossings, table
+
+        lines = ["init", "cluster_threshold"]
+        ratio = summary.ratio.transpose(*lines, "beta")
+        mid, low, high = crossings(np.log(ratio.where(ratio > 0)), "beta", 0.0)
+        equiangular = xr.DataArray([str(i).startswith("equiangular") for i in summary.init.values],
+                                   dims="init", coords={"init": summary.init.values})
+        gap = np.abs(summary.rel_error).max("beta")  # NaN where no particle run reached the level
+        columns = {
+            "beta_cross": (mid, "measured boundary: beta where the ratio of median times T_relu / T_softmax "
+                                "crosses 1 (geometric midpoint of the first bracket; NaN: no crossing on "
+                                "the grid); relu is faster above it"),
+            "beta_cross_low": (low, "the bracket's grid value below the crossing"),
+            "beta_cross_high": (high, "the bracket's grid value above the crossing"),
+            "beta_cross_closed": (summary.beta_cross, "where the closed-form ratio (exact time integrals "
+                                  "of the two equiangular ODEs from gamma0 = 1/sqrt(d)) is 1"),
+            "max_rel_error": (gap.where(equiangular), "equiangular starts: largest |measured / closed-form "
+                              "ratio - 1| along the line"),
+            "relu_frozen_max": (summary.frozen_fraction.max("beta"), "largest fraction of relu runs on the "
+                                "line that froze into several clusters and never reached the level"),
+        }
+        return table(summary, lines, columns)
+
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
         from matplotlib.colors import TwoSlopeNorm

@@ -166,6 +166,24 @@ class Metastability(Experiment):
         out["fit_verdict"] = (("H", "d"), verdicts.astype(str))
         return out
 
+    def export_table(self, summary):
+        """Per (H, d): the fitted growth of the longest plateau with beta, exponential rate and power-law
+        exponent with their 95% intervals, and which of the two the data favour. The cited theorem
+        gives the exponential form, not its rate: there is no closed form to set beside them."""
+        from ..export import table
+
+        columns = {}
+        for key, model in (("rate", "exponential rate: L ~ exp(rate beta)"),
+                           ("power", "power-law exponent: L ~ beta^power")):
+            fit, half = summary[f"fit_{key}"], summary[f"fit_{key}_half"]
+            columns[key] = (fit, f"{model}, least squares of log L over the uncensored runs at the betas "
+                                 f"where fewer than {MAX_CENSORED:g} of the plateaus outlast t_max")
+            columns[f"{key}_low"] = (fit - half, "95% Student-t interval of the slope, lower end")
+            columns[f"{key}_high"] = (fit + half, "95% Student-t interval of the slope, upper end")
+        columns["verdict"] = (summary.fit_verdict, "which model the per-beta means favour (lack of fit "
+                                                   f"below {PREFERENCE:g} times the other's), or cannot tell")
+        return table(summary, ["H", "d"], columns)
+
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
         from ..plotting import log_edges, log_ticks, plt, sns
