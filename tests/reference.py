@@ -1,4 +1,4 @@
-"""An independent, deliberately plain implementation of MODEL.md for the tests.
+"""An independent, deliberately plain implementation of docs/model.md for the tests.
 
 Loops over heads, one configuration at a time, no shared code with attnflow.
 """
@@ -49,7 +49,7 @@ def head_energies(x, score_matrices, beta):
 
 
 def softplus_energies(x, score_matrices, beta):
-    """Sigmoid attention's E_h = sum_ij softplus(beta s_ij - log n) / (2 beta n) (MODEL.md result 8)."""
+    """Sigmoid attention's E_h = sum_ij softplus(beta s_ij - log n) / (2 beta n) (docs/model.md, result 8)."""
     n = x.shape[0]
     return np.array([np.logaddexp(0.0, beta * (x @ m @ x.T) - np.log(n)).sum() / (2 * beta * n)
                      for m in score_matrices])

@@ -19,7 +19,8 @@ def test_bound_to_one_half_is_above_the_exact_time(attention):
 
 
 def test_relu_linearisation_alone_is_not_a_bound_at_n_2():
-    # MODEL.md / issue 17: at n = 2 (1 - g)(1 + g) < 1, the true time exceeds the linearised one (~10%).
+    # docs/model.md (result 5) / issue 17: at n = 2 (1 - g)(1 + g) < 1, the true time exceeds the
+    # linearised one (~10%).
     g0 = typical_cosine(64)
     exact = float(theory.equiangular_time(g0, 0.5, [1.0], 1.0, 2, "relu"))
     linear = 2 * np.log(0.5 / g0) / 2.0

@@ -1,4 +1,4 @@
-"""The accuracy certificate of a store (MODEL.md "Accuracy of a stored result")."""
+"""The accuracy certificate of a store (docs/model.md, "Numerics")."""
 
 import numpy as np
 import pytest

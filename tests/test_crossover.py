@@ -9,7 +9,8 @@ from attnflow.experiments import registry
 from attnflow.simulation import simulate
 from attnflow.tokens import typical_cosine
 
-# MODEL.md result 11: n = 16, d = 64, lambda = 1 (quadrature), rows beta, columns gamma1.
+# Result 11 (docs/model.md): the ratio to 3 decimals from an independent quadrature (the project's
+# specification), n = 16, d = 64, lambda = 1; rows beta, columns gamma1.
 LEVELS = [0.5, 0.9, 0.99, 0.999]
 TABLE = {0.5: [7.682, 4.926, 3.835, 3.342], 1.0: [3.703, 2.410, 1.891, 1.654],
          2.0: [1.644, 1.125, 0.905, 0.800], 4.0: [0.474, 0.404, 0.361, 0.337]}

@@ -1,4 +1,4 @@
-"""MODEL.md's identities, each checked against an independent route."""
+"""docs/model.md's identities, each checked against an independent route."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Sigmoid attention and causal masking (MODEL.md results 8-9), and the engine's declared parts.
+"""Sigmoid attention and causal masking (docs/model.md, results 8-9), and the engine's declared parts.
 
 Every check compares with an independent route: the plain reference of
 ``tests/reference.py``, scipy's DOP853 on it, finite differences, or an exact
@@ -43,7 +43,7 @@ def _along(fn, x, xdot, eps=1e-5):
 @pytest.mark.parametrize("spherical", [True, False])
 def test_sigmoid_is_the_gradient_flow_of_the_softplus_energy(rng, spherical):
     # Result 8: with symmetric M_h and V_h = M_h, dE/dt = (1/n) sum_i ||dx_i/dt||^2 exactly,
-    # E_h = sum_ij softplus(beta s_ij - log n) / (2 beta n): n = 7, d = 5, H = 3 as in MODEL.md.
+    # E_h = sum_ij softplus(beta s_ij - log n) / (2 beta n): n = 7, d = 5, H = 3 as in docs/model.md.
     n, d, H, beta = 7, 5, 3, 1.3
     for m in random_symmetric(rng, 4 * H, d).reshape(4, H, d, d):
         x = random_sphere(rng, n, d)
@@ -136,7 +136,7 @@ def test_causal_token_zero_never_moves_with_scalar_heads(attention):
 
 
 def test_causal_tokens_converge_to_token_zero():
-    # MODEL.md result 9 (Karagodin, Polyanskiy, Rigollet 2024): n = 7, d = 5, softmax,
+    # docs/model.md, result 9 (Karagodin, Polyanskiy, Rigollet 2024): n = 7, d = 5, softmax,
     # lambda = 1.3, beta = 1.7, uniform starts: every token within 4e-11 of token 0 at t = 40.
     # Allow 1e-8: the approach is exponential, and the integrator's tolerance sits near 1e-9.
     cell = Cell(H=1, n=7, d=5, beta=1.7, lambda_bar=1.3, mask="causal", seeds=4, t_max=40.0, n_samples=5,

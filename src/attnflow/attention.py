@@ -1,4 +1,4 @@
-"""Attention types (MODEL.md, "Attention types" and result 8): one declaration each.
+"""Attention types (docs/model.md, "State and dynamics", results 8-9): one declaration each.
 
 A declaration says everything the rest of attnflow needs from a type:
 
@@ -78,7 +78,7 @@ class AttentionType:
     gradient_flow: bool  # with V_h = M_h symmetric and no mask: dE/dt = (1/n) sum_i ||dx_i/dt||^2
     entropy: Entropy  # whose entropy the ``entropy`` group records
     stiffness: Callable[[float], float]  # relative step count against s = beta ||M_h|| (cost model)
-    formula: str  # the weights w^h_ij, as in MODEL.md
+    formula: str  # the weights w^h_ij, as in docs/model.md
     description: str
 
     @property
@@ -121,5 +121,5 @@ class Mask:
 MASKS: Registry[Mask] = Registry("mask", [
     Mask("none", False, "every token attends to every token"),
     Mask("causal", True, "token i attends to tokens j <= i only (softmax normalises over j <= i); not a "
-         "gradient flow (MODEL.md result 9)"),
+         "gradient flow (docs/model.md, result 9)"),
 ])

@@ -1,4 +1,5 @@
-"""Head structures (MODEL.md, "Head structures"): how the score matrices M_h are built, one declaration each.
+"""Head structures (docs/model.md, "Head structures and strengths"): how the score matrices M_h are built,
+one declaration each.
 
 A declaration builds the score matrices of one seed from its strengths, says
 which cell fields it reads, checks the cell's shape, and bounds ``||M_h||_op``

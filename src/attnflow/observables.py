@@ -1,4 +1,4 @@
-"""Observables of MODEL.md: what a simulation can record, grouped by what computing them costs.
+"""Observables of docs/model.md: what a simulation can record, grouped by what computing them costs.
 
 Each group is one declaration; a cell's ``observables`` field names the groups
 its experiment needs, and the compiled engine computes only those

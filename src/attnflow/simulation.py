@@ -20,7 +20,7 @@ _SYMMETRY_TOLERANCE = 1e-12
 _MAX_SPHERE_DRIFT = 1e-10
 
 
-# Accuracy certificate (MODEL.md "Accuracy of a stored result"): the first CERTIFICATE_SEEDS seeds
+# Accuracy certificate (docs/model.md, "Numerics"): the first CERTIFICATE_SEEDS seeds
 # are integrated again at rtol / CERTIFICATE_FACTOR (floored at MIN_RTOL) and atol / CERTIFICATE_FACTOR.
 CERTIFICATE_SEEDS = 2
 CERTIFICATE_FACTOR = 100.0

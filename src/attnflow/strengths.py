@@ -1,4 +1,5 @@
-"""Distributions of head strengths lambda_h (MODEL.md, "Lambda-distributions"): one declaration each.
+"""Distributions of head strengths lambda_h (docs/model.md, "Head structures and strengths"): one
+declaration each.
 
 Every distribution keeps the total ``Lambda = sum_h lambda_h = H * lambda_bar``.
 """

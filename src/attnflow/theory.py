@@ -178,7 +178,7 @@ def equiangular_time(gamma0, gamma1, lambdas, beta, n, attention="softmax"):
 
 def time_ratio(gamma0, gamma1, lambdas, beta, n):
     """``T_relu / T_softmax``: the ratio of the exact equiangular times from ``gamma0`` to ``gamma1``
-    (MODEL.md result 11, from the two ODEs of result 4-5).
+    (docs/model.md, result 11, from the two ODEs of result 4-5).
 
     Both times are :func:`equiangular_time` (partial fractions for relu, quadrature at relative
     tolerance 1e-12 for softmax), so the ratio is exact to about 1e-11. Below 1 relu reaches the

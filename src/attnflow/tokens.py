@@ -1,4 +1,4 @@
-"""Initial token configurations (MODEL.md, "Initial configurations"): one declaration each."""
+"""Initial token configurations (docs/model.md, "Initial tokens"): one declaration each."""
 
 from __future__ import annotations
 

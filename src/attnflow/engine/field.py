@@ -1,4 +1,4 @@
-"""The attention vector field of one trajectory, compiled (MODEL.md, "Attention types").
+"""The attention vector field of one trajectory, compiled (docs/model.md, "State and dynamics").
 
 One trajectory per call, so the integrator can run one trajectory per thread
 with single-threaded BLAS for the products: the arithmetic of a trajectory is

@@ -1,4 +1,4 @@
-"""Observables of one trajectory at one sample, compiled (MODEL.md, "Observables").
+"""Observables of one trajectory at one sample, compiled (docs/model.md, "Observables").
 
 ``measure`` runs right after ``field`` evaluated the velocity at the sample, and
 reuses what that evaluation left in the workspace: the weights, the rows
@@ -193,7 +193,8 @@ def _softmax_parts(flow, h, beta, causal, ws, sc):
 
 @numba.njit(cache=True, inline="always")
 def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
-    """``E_h = sum_ij exp(beta s_ij) / (2 beta n^2)`` and its exact rate (MODEL.md), over all pairs.
+    """``E_h = sum_ij exp(beta s_ij) / (2 beta n^2)`` and its exact rate (docs/model.md, "Observables"),
+    over all pairs.
 
     ``g_i = sum_j exp(beta s_ij) M_h x_j = c_i (P Y)_i`` with ``c_i = Z_i e^{beta m_i}``.
     With value alignment and unmasked exponential weights ``exp(beta (s - m))``
@@ -231,7 +232,7 @@ def _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc):
 
     ``dE_h/dt = (1/n) sum_i <dx_i/dt, g_i>`` with ``g_i = sum_j sigma(a_ij) M_h x_j``
     (symmetric scores), which is the head output itself for unmasked sigmoid
-    weights with value alignment (MODEL.md result 8).
+    weights with value alignment (docs/model.md, result 8).
     """
     n, d = xdot.shape
     s = ws.sraw[h]

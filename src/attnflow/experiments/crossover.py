@@ -1,4 +1,4 @@
-"""ReLU against softmax at late times (MODEL.md result 11): where T_relu / T_softmax crosses 1."""
+"""ReLU against softmax at late times (docs/model.md, result 11): where T_relu / T_softmax crosses 1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Metastability (MODEL.md result 10): the staircase of the cluster count against log t, and how long
+"""Metastability (docs/model.md, result 10): the staircase of the cluster count against log t, and how long
 its plateaus last as beta grows."""
 
 from __future__ import annotations

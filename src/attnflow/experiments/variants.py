@@ -1,4 +1,5 @@
-"""The paper's statements carried over to sigmoid attention and causal masking (MODEL.md results 8-9)."""
+"""The paper's statements carried over to sigmoid attention and causal masking (docs/model.md, results
+8-9)."""
 
 from __future__ import annotations
 
