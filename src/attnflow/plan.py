@@ -37,9 +37,9 @@ from .sweep import Sweep, cell_id
 # stores encoded and written, manifest).
 JOB_START_SECONDS = 2.0
 # resources.steps is an upper estimate (6x the measured steps at the median cell, at least
-# 1.2x everywhere) and FLOPS_PER_SECOND a floor: over config/paper.yaml's 1996 cells the model's
-# compute (resources.cell_seconds) is 16,210 s against 908 s of CPU measured (17.9x), over
-# config/config.yaml's 638 cells 2,462 s against 118 s (20.8x; README, bench_workflow). Per
+# 1.2x everywhere) and FLOPS_PER_SECOND a floor: over config/paper.yaml's cells (1996 then, 1997
+# now) the model's compute (resources.cell_seconds) is 16,210 s against 908 s of CPU measured (17.9x), over
+# config/config.yaml's cells (638 then) 2,462 s against 118 s (20.8x; README, bench_workflow). Per
 # experiment it ranges from 0.3x (metastability's long horizons) to 49x (trained heads).
 MODEL_OVER_CPU = 18.0
 # Compiling the engine where numba's cache is empty (resources.STARTUP_SECONDS

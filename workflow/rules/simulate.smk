@@ -1,5 +1,5 @@
 rule simulate:
-    """Integrate the cells of one batch; writes one zarr store per cell that is not complete."""
+    """Integrate the cells of one batch; writes the batch's store (one file) with every cell that is not complete."""
     input:
         repairs=batch_repairs,
     output:
