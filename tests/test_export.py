@@ -108,7 +108,7 @@ def test_declared_exports():
 
     declared = {e.name for e in registry() if type(e).export_table is not Experiment.export_table}
     assert {"beta_star", "superadditivity", "clustering_time", "clustering_probability",
-            "trained_heads", "crossover", "metastability"} <= declared
+            "trained_heads", "crossover", "metastability", "orthogonality", "variants"} <= declared
 
 
 def test_helpers():
@@ -205,3 +205,57 @@ def test_crossover_table_brackets_the_closed_form_crossing():
     assert (eq.beta_cross_closed <= eq.beta_cross_high).all()
     assert (eq.max_rel_error < 1e-12).all() and df[df.init == "uniform"].max_rel_error.isna().all()
     assert (df.relu_frozen_max == 0).all()
+
+
+def test_orthogonality_table_brackets_where_runs_stop_being_monotone(tiny_run, tmp_path):
+    _, config, results = tiny_run
+    df, doc = _export(tmp_path, config, "orthogonality")
+    summary = _summary(results, "orthogonality")
+    assert len(df) == 1 and df.beta.tolist() == [1.0]  # beta fixed in the tiny config: one line
+    row = df.iloc[0]
+    for key, share in (("monotone", summary.frac_runs_monotone), ("condition", summary.frac_runs_condition)):
+        share = share.sel(beta=row.beta)
+        side = np.sign(share.sortby("delta").values - 0.5)
+        if np.isnan(row[f"delta_{key}"]):
+            assert (side == side[0]).all()
+        else:
+            low, high = (float(share.sel(delta=row[f"delta_{key}_{end}"])) for end in ("low", "high"))
+            assert (low - 0.5) * (high - 0.5) <= 0 and low != high
+    assert row.omega_max == pytest.approx(float(summary.cross_norm.max()))
+    assert set(doc["columns"]) == set(df.columns) - {"beta"}
+    # Known shares along delta (the tiny run's stay at 1): the brackets where each falls through 1/2.
+    summary = summary.drop_dims("delta").assign_coords(delta=[0.0, 0.05, 0.1, 0.25]).assign(
+        frac_runs_monotone=(("beta", "delta"), [[1.0, 0.8, 0.4, 0.0]]),
+        frac_runs_condition=(("beta", "delta"), [[1.0, 0.2, 0.0, 0.0]]),
+        cross_norm=(("beta", "delta"), [[0.0, 0.1, 0.2, 0.6]]))
+    row = registry().get("orthogonality").export_table(summary).iloc[0]
+    assert (row.delta_monotone_low, row.delta_monotone_high) == (0.05, 0.1)
+    assert row.delta_monotone == pytest.approx(np.sqrt(0.05 * 0.1))
+    assert (row.delta_condition_low, row.delta_condition, row.delta_condition_high) == (0.0, 0.025, 0.05)
+    assert row.omega_max == 0.6
+
+
+def test_variants_table_from_a_synthetic_summary():
+    """Per variant: the gradient-flow flag from the declarations, and how far along beta every run keeps
+    every head monotone, on shares of known values."""
+    from attnflow.experiments import Spec
+
+    exp = registry().get("variants")
+    grid = {"heads": ["scalar"], "attention": ["softmax", "usa"], "mask": ["none", "causal"],
+            "beta": [0.5, 1.0, 2.0, 4.0]}
+    shares = np.ones((1, 2, 2, 4))
+    shares[0, 0, 0] = [1.0, 1.0, 0.5, 1.0]  # softmax, unmasked: all runs monotone up to beta = 1
+    shares[0, 1, 1] = [0.9, 1.0, 1.0, 1.0]  # usa, causal: not even at the smallest beta
+    dims = ("heads", "attention", "mask", "beta")
+    summary = xr.Dataset(
+        {"frac_heads_monotone": (dims, shares), "frac_total_monotone": (dims, shares),
+         "energy_residual": (dims, np.full(shares.shape, 1e-13))},
+        coords=grid, attrs={"experiment": "variants",
+                            "experiment_spec": Spec("variants", exp.defaults["fixed"], grid, ()).to_json()})
+    df = exp.export_table(summary).set_index(["attention", "mask"])
+    assert df.loc[("usa", "none"), "gradient_flow"] == 1 and df.loc[("usa", "causal"), "gradient_flow"] == 0
+    assert df.loc[("softmax", "none"), "gradient_flow"] == 0
+    assert df.loc[("softmax", "none"), "beta_heads_all"] == 1.0
+    assert df.loc[("softmax", "causal"), "beta_heads_all"] == 4.0
+    assert np.isnan(df.loc[("usa", "causal"), "beta_heads_all"])
+    assert df.loc[("softmax", "none"), "frac_heads_monotone_min"] == 0.5

@@ -21,11 +21,6 @@ from .experiments import Spec, registry  # noqa: E402
 from .sweep import describe_failures  # noqa: E402
 
 
-def spec_of(summary: xr.Dataset) -> Spec:
-    """The experiment spec a summary was built from (its attrs), never the live config."""
-    return Spec.from_json(summary.attrs["experiment"], summary.attrs["experiment_spec"])
-
-
 def certificate_line(summary: xr.Dataset) -> str:
     """What a figure says of its accuracy: the worst certificate of the stores behind it."""
     worst = summary.attrs.get("certificate_error")
@@ -61,7 +56,7 @@ def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()
     """
     name = summary.attrs["experiment"]
     experiment = registry(experiment_modules).get(name)
-    fig = experiment.plot(summary, spec_of(summary))
+    fig = experiment.plot(summary, Spec.of(summary))
     # Lay the figure out once, at the PNG's resolution, and keep that layout: the footnotes go under
     # what it placed (a layout engine run later would move the axes onto them) and both files show it.
     fig.set_dpi(DPI)
@@ -92,4 +87,4 @@ def _tight_box(fig):
     return fig.get_tightbbox(fig.canvas.get_renderer()).padded(plt.rcParams["savefig.pad_inches"])
 
 
-__all__ = ["certificate_line", "failed_note", "render", "spec_of"]
+__all__ = ["certificate_line", "failed_note", "render"]

@@ -131,6 +131,11 @@ class Spec:
         return cls(name, block["fixed"], block["grid"], tuple(block["batch_over"]),
                    tuple(block.get("extra_points", ())))
 
+    @classmethod
+    def of(cls, summary) -> Spec:
+        """The spec a summary was built from (its attrs), never the live config."""
+        return cls.from_json(summary.attrs["experiment"], summary.attrs["experiment_spec"])
+
 
 class Experiment:
     """Base of every experiment; subclasses set the class attributes and the four methods."""

@@ -6,7 +6,7 @@ import numpy as np
 import xarray as xr
 
 from ..pack import cell_values
-from . import Axis, Experiment
+from . import Axis, Experiment, Spec
 from ._common import all_heads_monotone, before_cluster
 
 
@@ -102,6 +102,32 @@ class Orthogonality(Experiment):
             "min_relative_rate": (ds.energy_rate.min(("time", "head")) / scale).min("seed"),
             "cross_norm": omega.max("seed"),
         })
+
+    def export_table(self, summary):
+        """Per line of the grid along delta (per beta, and any other grid axis): the perturbation norm
+        where the share of runs with every head monotone falls through 1/2, and where the share of runs
+        meeting the sufficient condition does, each bracketed by grid values; the largest overlap
+        omega the grid's deltas produce. The condition is the bound's side: it can only hold where
+        the runs are monotone."""
+        from ..export import crossings, table
+
+        ds = self.with_axes(summary, Spec.of(summary))
+        monotone = ds.frac_runs_monotone
+        lines = [d for d in monotone.dims if d != "delta"]
+        columns = {}
+        for key, share, what in (("monotone", monotone, "the share of runs with every head monotone up to "
+                                                        "T_eps"),
+                                 ("condition", ds.frac_runs_condition, "the share of runs meeting the "
+                                                                            "sufficient condition at every "
+                                                                            "sample")):
+            mid, low, high = crossings(share.transpose(*lines, "delta"), "delta", 0.5)
+            columns[f"delta_{key}"] = (mid, f"perturbation norm delta where {what} falls through 1/2 "
+                                            "(midpoint of the first bracket; NaN: no crossing on the grid)")
+            columns[f"delta_{key}_low"] = (low, "the bracket's grid value below the crossing")
+            columns[f"delta_{key}_high"] = (high, "the bracket's grid value above the crossing")
+        columns["omega_max"] = (ds.cross_norm.max("delta"), "largest overlap omega = max ||M_h' M_h||_op "
+                                                            "over the grid's deltas (and seeds)")
+        return table(ds, lines, columns)
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.

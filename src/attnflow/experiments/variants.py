@@ -7,7 +7,7 @@ import numpy as np
 import xarray as xr
 
 from ..attention import ATTENTIONS, MASKS
-from . import Axis, Experiment
+from . import Axis, Experiment, Spec
 from ._common import SIGN_RTOL, all_heads_monotone
 
 
@@ -73,6 +73,33 @@ class Variants(Experiment):
             "frac_censored": ds.censored.mean("seed"),
             "distance_from_token0": distance.median("seed"),
         })
+
+    def export_table(self, summary):
+        """Per variant (attention, mask, head structure): whether it is a gradient flow, Thm 11's
+        largest residual and the least share of runs with a monotone total energy over beta, and how
+        far along beta every run keeps every head monotone (Thm 19's small-beta property). No closed
+        form: beta* is derived for equal scalar heads, the beta_star experiment's setting."""
+        from ..export import table
+
+        ds = self.with_axes(summary, Spec.of(summary))
+        lines = [d for d in ds.frac_heads_monotone.dims if d != "beta"]
+        heads = ds.frac_heads_monotone.sortby("beta")
+        held = (heads >= 1.0).astype(int).cumprod("beta").astype(bool)  # at every beta up to this one
+        attention, mask = ds.attention.values, ds.mask.values
+        flows = xr.DataArray([[float(gradient_flow(str(a), str(m))) for m in mask] for a in attention],
+                             dims=("attention", "mask"), coords={"attention": attention, "mask": mask})
+        columns = {
+            "gradient_flow": (flows, "1 if the flow is a gradient flow of its energy (Thm 11, result 8)"),
+            "energy_residual_max": (ds.energy_residual.max("beta"), "largest Thm 11 residual "
+                                    "max|dE/dt - K| / max K over the line (round-off for a gradient flow)"),
+            "frac_total_monotone_min": (ds.frac_total_monotone.min("beta"), "least share of runs whose "
+                                        "total energy never falls, over the line"),
+            "beta_heads_all": (heads.beta.where(held).max("beta"), "largest grid beta up to which every run "
+                               "keeps every head monotone, from the smallest beta on (NaN: not even there)"),
+            "frac_heads_monotone_min": (heads.min("beta"), "least share of runs with every head monotone, "
+                                        "over the line"),
+        }
+        return table(ds, lines, columns)
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
