@@ -70,6 +70,13 @@ def crossings(field: xr.DataArray, axis: str, level: float, *, geometric: bool =
         output_dtypes=[float, float, float])
 
 
+def equiangular_starts(summary: xr.Dataset) -> xr.DataArray:
+    """Along ``init``: True for the equiangular starts, where a closed form describes the particles."""
+    inits = summary.init.values
+    return xr.DataArray([str(i).startswith("equiangular") for i in inits], dims="init",
+                        coords={"init": inits})
+
+
 def slope_interval(x, y, level: float = 0.95):
     """Least-squares slope of ``y`` on ``x`` (finite pairs), and its ``level`` confidence interval.
 
@@ -125,4 +132,5 @@ def write_json(df: pd.DataFrame, path) -> None:
     Path(path).write_text(json.dumps(out, indent=1) + "\n")
 
 
-__all__ = ["crossings", "export", "first_crossing", "slope_interval", "table", "write_csv", "write_json"]
+__all__ = ["crossings", "equiangular_starts", "export", "first_crossing", "slope_interval", "table",
+           "write_csv", "write_json"]

@@ -118,13 +118,12 @@ class Crossover(Experiment):
     def export_table(self, summary):
         """Per (init, level gamma1): the beta where the measured ratio T_relu / T_softmax crosses 1
         (the bracket of grid values), against the closed-form crossing (exact equiangular ODEs)."""
-        from ..export import crossings, table
+        from ..export import crossings, equiangular_starts, table
 
         lines = ["init", "cluster_threshold"]
         ratio = summary.ratio.transpose(*lines, "beta")
         mid, low, high = crossings(np.log(ratio.where(ratio > 0)), "beta", 0.0)
-        equiangular = xr.DataArray([str(i).startswith("equiangular") for i in summary.init.values],
-                                   dims="init", coords={"init": summary.init.values})
+        equiangular = equiangular_starts(summary)
         gap = np.abs(summary.rel_error).max("beta")  # NaN where no particle run reached the level
         columns = {
             "beta_cross": (mid, "measured boundary: beta where the ratio of median times T_relu / T_softmax "

@@ -95,15 +95,14 @@ class Superadditivity(Experiment):
         """Per (init, spread, beta): where the measured ratio T(equal) / T(unequal) crosses 1 along
         lambda_bar (the bracket of grid values), against the early-time boundary lambda_c(beta) and
         the crossing of the closed-form time ratio (equiangular ODE) on the same grid."""
-        from ..export import crossings, table
+        from ..export import crossings, equiangular_starts, table
 
         lines = ["init", "spread", "beta"]
         ratio = summary.ratio.transpose(*lines, "lambda_bar")
         mid, low, high = crossings(np.log(ratio.where(ratio > 0)), "lambda_bar", 0.0)
         closed = np.log(summary.ratio_closed.where(summary.ratio_closed > 0))
         cmid, clow, chigh = crossings(closed.transpose("spread", "beta", "lambda_bar"), "lambda_bar", 0.0)
-        equiangular = xr.DataArray([str(i).startswith("equiangular") for i in summary.init.values],
-                                   dims="init", coords={"init": summary.init.values})
+        equiangular = equiangular_starts(summary)
         censored = (summary.censored_equal + summary.censored_linear).max("lambda_bar") > 0
         columns = {
             "lambda_cross": (mid, "measured boundary: lambda_bar where the median ratio T(equal)/T(linear) "
