@@ -20,6 +20,8 @@ from . import plotting  # noqa: E402, F401  (the figures' theme, set on import)
 from .experiments import Spec, registry  # noqa: E402
 from .sweep import describe_failures  # noqa: E402
 
+DPI = 150  # of the PNG
+
 
 def certificate_line(summary: xr.Dataset) -> str:
     """What a figure says of its accuracy: the worst certificate of the stores behind it."""
@@ -76,9 +78,6 @@ def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()
             meta = {"Title": f"attnflow {name}", "Description": provenance, "Software": "attnflow"}
         fig.savefig(path, dpi=DPI, bbox_inches=box, metadata=meta)
     plt.close(fig)
-
-
-DPI = 150  # of the PNG
 
 
 def _tight_box(fig):

@@ -112,14 +112,14 @@ class Orthogonality(Experiment):
         from ..export import crossings, table
 
         ds = self.with_axes(summary, Spec.of(summary))
-        monotone = ds.frac_runs_monotone
-        lines = [d for d in monotone.dims if d != "delta"]
+        lines = [d for d in ds.frac_runs_monotone.dims if d != "delta"]
+        shares = {
+            "monotone": (ds.frac_runs_monotone, "the share of runs with every head monotone up to T_eps"),
+            "condition": (ds.frac_runs_condition,
+                          "the share of runs meeting the sufficient condition at every sample"),
+        }
         columns = {}
-        for key, share, what in (("monotone", monotone, "the share of runs with every head monotone up to "
-                                                        "T_eps"),
-                                 ("condition", ds.frac_runs_condition, "the share of runs meeting the "
-                                                                            "sufficient condition at every "
-                                                                            "sample")):
+        for key, (share, what) in shares.items():
             mid, low, high = crossings(share.transpose(*lines, "delta"), "delta", 0.5)
             columns[f"delta_{key}"] = (mid, f"perturbation norm delta where {what} falls through 1/2 "
                                             "(midpoint of the first bracket; NaN: no crossing on the grid)")
