@@ -186,6 +186,25 @@ def test_stable_at_large_beta_softmax_and_relu():
         assert float(ds.norm_drift.max()) < 1e-14
 
 
+def test_cluster_count_matches_scipy_components():
+    """The engine's search against scipy's connected components of the same thresholded graph, on
+    Gram matrices of random tokens: from no edge to every pair an edge."""
+    from scipy.sparse.csgraph import connected_components
+
+    from attnflow.engine.measure import count_clusters
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 40, 130):
+        for d in (2, 3, 16):
+            x = random_sphere(rng, n, d)
+            gram = x @ x.T
+            for level in (-1.1, -0.5, 0.0, 0.6, 0.95, 1.1):
+                upper = np.triu(gram >= level, k=1)  # the engine reads the upper triangle
+                want = connected_components(upper, directed=False)[0]
+                got = count_clusters(gram, level, np.empty(n, np.int64), np.empty(n, np.int64))
+                assert got == want, (n, d, level)
+
+
 def test_cluster_count_counts_components():
     # Two tight pairs at right angles: 2 clusters at eps = 0.01, 1 at eps = 1.5
     # (edges where the cosine >= -0.5), and a fifth token opposite: 3 clusters.
