@@ -17,6 +17,11 @@ attnflow routes:
 - ``simulate()``, observables of all six groups, as ``attnflow.simulate`` records by default;
 - ``simulate()``, positions only (what the peers return; the engine's cosines come with it);
 - ``simulate()``, cosines only (what the clustering experiments record).
+
+diffrax routes: positions only (what it returns), and positions plus the
+variables ``simulate()`` records by default, computed in the same jit at the
+101 outputs from their definitions (what a researcher using diffrax would add
+to get them; checked against ``attnflow.engine.observe`` at the same states).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from reference import velocity as reference_velocity  # noqa: E402
 
 RTOL, ATOL, T_MAX, SAMPLES = 1e-6, 1e-9, 10.0, 101
+WITH_OBSERVABLES = "diffrax + same observables (jit)"
 CELLS = {
     "S": dict(n=8, d=8, H=2, seeds=64),
     "M": dict(n=32, d=32, H=4, seeds=64),
@@ -118,7 +124,9 @@ def attnflow_route(cell, score_matrices, x0, beta, groups, calls=None):
 
 
 # --- diffrax --------------------------------------------------------------------------------------
-def diffrax_route(cell, score_matrices, x0, beta):
+def diffrax_route(cell, score_matrices, x0, beta, observables=False):
+    """diffrax's Dopri5 on the batch (``vmap``, one jit). ``observables``: then, in the same jit, the
+    variables ``simulate()`` records by default at the 101 outputs (``jax_observables``)."""
     import diffrax
     import jax
     import jax.numpy as jnp
@@ -134,22 +142,101 @@ def diffrax_route(cell, score_matrices, x0, beta):
         return v - jnp.sum(v * x, axis=-1, keepdims=True) * x
 
     ts = jnp.linspace(0.0, T_MAX, SAMPLES)
+    observe = jax_observables(cell.cluster_eps)
+
+    def measure(ys, m, bt):
+        # Output by output: a vmap over the outputs holds (T, H, n, n) intermediates, 2.4x slower at L
+        return jax.lax.map(lambda x: observe(x, m, bt), ys)
 
     def one(x, m, bt):
         sol = diffrax.diffeqsolve(diffrax.ODETerm(field), diffrax.Dopri5(), 0.0, T_MAX, None, x, (m, bt),
                                   saveat=diffrax.SaveAt(ts=ts),
                                   stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
                                   max_steps=100_000)
-        return sol.ys, sol.stats["num_accepted_steps"]
+        return sol.ys, sol.stats["num_accepted_steps"], measure(sol.ys, m, bt) if observables else {}
 
     solve = jax.jit(jax.vmap(one))
     args = (jnp.asarray(x0), jnp.asarray(score_matrices), jnp.asarray(beta))
 
     def run():
-        ys, steps = solve(*args)
-        ys = np.asarray(ys.block_until_ready())
+        ys, steps, measured = solve(*args)
+        jax.block_until_ready((ys, measured))
+        ys = np.asarray(ys)
         return ys, np.asarray(steps), np.max(np.abs(np.linalg.norm(ys, axis=-1) - 1.0), axis=(1, 2))
     return run
+
+
+def jax_observables(cluster_eps):
+    """The variables of ``DEFAULT_GROUPS`` at one configuration ``x`` (n, d), as a researcher would
+    compute them in JAX after a diffrax solve: the definitions of docs/model.md ("Observables"),
+    vectorised. Returns a function ``(x, m, beta) -> dict``; checked against ``attnflow.engine.observe``
+    at the same states before it is timed (``check_jax_observables``)."""
+    import jax
+    import jax.numpy as jnp
+
+    def observe(x, m, bt):
+        n, H = x.shape[0], m.shape[0]
+        y = jnp.einsum("nd,hde->hne", x, m)  # rows M_h x_j (M_h symmetric)
+        s = jnp.einsum("hne,me->hnm", y, x)  # s_ij = <M_h x_i, x_j>
+        p = jax.nn.softmax(bt * s, axis=-1)
+        f = jnp.einsum("hnm,hme->hne", p, y)  # head outputs f^h_i
+        v = f.sum(0)
+        xdot = v - jnp.sum(v * x, axis=-1, keepdims=True) * x
+        gram = x @ x.T
+        upper = jnp.triu(jnp.ones((n, n), bool), 1)
+        # clusters: each token takes the smallest label among its neighbours until none changes
+        edges = gram >= 1.0 - cluster_eps
+
+        def spread(state):
+            labels, _ = state
+            new = jnp.min(jnp.where(edges, labels[None, :], n), axis=1)
+            return new, jnp.any(new != labels)
+
+        labels, _ = jax.lax.while_loop(lambda state: state[1], spread, (jnp.arange(n), jnp.array(True)))
+        exps = jnp.exp(bt * s)
+        a = jnp.sum(f * x, axis=-1)  # radial shadows (H, n)
+        tangential = jnp.sum((f - a[..., None] * x) ** 2, axis=-1)
+        norms = jnp.linalg.norm(f, axis=-1)
+        others_largest = jnp.max(jnp.where(jnp.eye(H, dtype=bool)[:, :, None], 0.0, norms[None]), axis=1)
+        rates = jnp.einsum("ie,hje->hij", xdot, y)
+        rates = rates + jnp.swapaxes(rates, -1, -2)  # ds_ij/dt
+        mean_s = jnp.sum(p * s, axis=-1, keepdims=True)
+        return dict(
+            gamma_mean=jnp.sum(jnp.where(upper, gram, 0.0)) / (n * (n - 1) / 2),
+            gamma_min=jnp.min(jnp.where(upper, gram, jnp.inf)),
+            cluster_count=jnp.sum(labels == jnp.arange(n)),
+            kinetic=jnp.sum(xdot ** 2) / n,
+            gamma_mean_rate=2.0 * (jnp.dot(xdot.sum(0), x.sum(0)) - jnp.sum(xdot * x)) / (n * (n - 1)),
+            energy=exps.sum((1, 2)) / (2.0 * bt * n * n),
+            energy_rate=jnp.einsum("ne,hnm,hme->h", xdot, exps, y) / (n * n),
+            radial_shadow=a,
+            tangential_power=tangential,
+            rd_margin=tangential - a * (a.sum(0) - a),
+            rd_margin_sufficient=tangential - (H - 1) * jnp.abs(a) * others_largest,
+            entropy=-jnp.sum(p * jax.nn.log_softmax(bt * s, axis=-1), axis=-1),
+            entropy_rate=-bt * bt * jnp.sum(p * (s - mean_s) * rates, axis=-1),
+        )
+    return observe
+
+
+def check_jax_observables(cell, score_matrices, beta, ys, count):
+    """Largest deviation of the JAX observables from ``attnflow.engine.observe`` at the same states
+    (the first ``count`` trajectories' samples), relative to each variable's largest value."""
+    import jax
+
+    from attnflow.engine import observe
+
+    per_time = jax.jit(jax.vmap(jax_observables(cell.cluster_eps), in_axes=(0, None, None)))
+    worst = 0.0
+    for b in range(count):
+        ours = observe(ys[b], score_matrices[b][None], attention="softmax", beta=float(beta[b]),
+                       groups=DEFAULT_GROUPS, cluster_eps=cell.cluster_eps)
+        theirs = {k: np.asarray(v) for k, v in per_time(ys[b], score_matrices[b], beta[b]).items()}
+        assert set(theirs) == set(ours), sorted(set(theirs) ^ set(ours))
+        for name, value in ours.items():
+            scale = max(float(np.max(np.abs(value))), 1e-300)
+            worst = max(worst, float(np.max(np.abs(theirs[name] - value))) / scale)
+    return worst
 
 
 # --- torchode -------------------------------------------------------------------------------------
@@ -270,6 +357,7 @@ def main(argv=None):
         ]
         try:
             routes.append(("diffrax vmap Dopri5 (jit)", diffrax_route(cell, score_matrices, x0, beta)))
+            routes.append((WITH_OBSERVABLES, diffrax_route(cell, score_matrices, x0, beta, observables=True)))
         except ImportError as err:
             print(f"diffrax skipped: {err} (pip install -e '.[bench]')")
         try:
@@ -296,6 +384,13 @@ def main(argv=None):
             rows.append(row)
             print(f"{name:11} {label:34} {wall:8.3f} {compile_s:9.2f} {row[4]:6.0f} {error:9.1e} "
                   f"{row[6]:9.1e}", flush=True)
+            if label == WITH_OBSERVABLES:  # the same variables as simulate()'s, or the timing means nothing
+                deviation = check_jax_observables(cell, score_matrices, beta, ys, k)
+                verdict = ("the same variables" if deviation < 1e-10
+                           else "MISMATCH: the timing compares different work")
+                print(f"{'':11} (its observables at its own states against attnflow.engine.observe there: "
+                      f"largest deviation {deviation:.1e} of each variable's largest value: {verdict})",
+                      flush=True)
     print("\nspeed-up of attnflow simulate() over diffrax (wall time, this run), and the observables' share:")
     for name in dict.fromkeys(r[0] for r in rows):
         peer = next((r for r in rows if r[0] == name and r[1].startswith("diffrax")), None)
@@ -305,6 +400,9 @@ def main(argv=None):
             print(f"  {name:11} {label:38} {ratio}")
         base = ours.get("attnflow simulate(), cosines only")
         full = ours.get("attnflow simulate(), all observables")
+        both = next((r[2] for r in rows if r[0] == name and r[1] == WITH_OBSERVABLES), None)
+        if both and full:
+            print(f"  {name:11} {'all observables, against ' + WITH_OBSERVABLES:38} {both / full:5.2f}x")
         if base and full:
             share = 100 * (full - base) / full
             print(f"  {name:11} observables beyond the cosines: {share:.0f}% of simulate()")
