@@ -70,6 +70,12 @@ def crossings(field: xr.DataArray, axis: str, level: float, *, geometric: bool =
         output_dtypes=[float, float, float])
 
 
+def ratio_crossings(ratio: xr.DataArray, axis: str):
+    """``crossings`` of a ratio through 1 along ``axis``. Non-positive entries, which no ratio of times
+    has, are left out; the bracket is that of the log-ratio through 0, without taking logs."""
+    return crossings(ratio.where(ratio > 0), axis, 1.0)
+
+
 def equiangular_starts(summary: xr.Dataset) -> xr.DataArray:
     """Along ``init``: True for the equiangular starts, where a closed form describes the particles."""
     inits = summary.init.values
@@ -132,5 +138,5 @@ def write_json(df: pd.DataFrame, path) -> None:
     Path(path).write_text(json.dumps(out, indent=1) + "\n")
 
 
-__all__ = ["crossings", "equiangular_starts", "export", "first_crossing", "slope_interval", "table",
-           "write_csv", "write_json"]
+__all__ = ["crossings", "equiangular_starts", "export", "first_crossing", "ratio_crossings", "slope_interval",
+           "table", "write_csv", "write_json"]

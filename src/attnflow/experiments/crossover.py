@@ -118,11 +118,10 @@ class Crossover(Experiment):
     def export_table(self, summary):
         """Per (init, level gamma1): the beta where the measured ratio T_relu / T_softmax crosses 1
         (the bracket of grid values), against the closed-form crossing (exact equiangular ODEs)."""
-        from ..export import crossings, equiangular_starts, table
+        from ..export import equiangular_starts, ratio_crossings, table
 
         lines = ["init", "cluster_threshold"]
-        ratio = summary.ratio.transpose(*lines, "beta")
-        mid, low, high = crossings(np.log(ratio.where(ratio > 0)), "beta", 0.0)
+        mid, low, high = ratio_crossings(summary.ratio.transpose(*lines, "beta"), "beta")
         equiangular = equiangular_starts(summary)
         gap = np.abs(summary.rel_error).max("beta")  # NaN where no particle run reached the level
         columns = {

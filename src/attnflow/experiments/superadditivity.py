@@ -95,13 +95,12 @@ class Superadditivity(Experiment):
         """Per (init, spread, beta): where the measured ratio T(equal) / T(unequal) crosses 1 along
         lambda_bar (the bracket of grid values), against the early-time boundary lambda_c(beta) and
         the crossing of the closed-form time ratio (equiangular ODE) on the same grid."""
-        from ..export import crossings, equiangular_starts, table
+        from ..export import equiangular_starts, ratio_crossings, table
 
         lines = ["init", "spread", "beta"]
-        ratio = summary.ratio.transpose(*lines, "lambda_bar")
-        mid, low, high = crossings(np.log(ratio.where(ratio > 0)), "lambda_bar", 0.0)
-        closed = np.log(summary.ratio_closed.where(summary.ratio_closed > 0))
-        cmid, clow, chigh = crossings(closed.transpose("spread", "beta", "lambda_bar"), "lambda_bar", 0.0)
+        mid, low, high = ratio_crossings(summary.ratio.transpose(*lines, "lambda_bar"), "lambda_bar")
+        closed = summary.ratio_closed.transpose("spread", "beta", "lambda_bar")
+        cmid, clow, chigh = ratio_crossings(closed, "lambda_bar")
         equiangular = equiangular_starts(summary)
         censored = (summary.censored_equal + summary.censored_linear).max("lambda_bar") > 0
         columns = {
