@@ -124,6 +124,24 @@ def attnflow_route(cell, score_matrices, x0, beta, groups, calls=None):
 
 
 # --- diffrax --------------------------------------------------------------------------------------
+def jax_attention(x, m, bt):
+    """One configuration's rows ``y^h_j = M_h x_j`` (M_h symmetric), scores ``s^h_ij = <y^h_i, x_j>`` and
+    softmax weights, in JAX: what diffrax's field and the JAX observables share."""
+    import jax
+    import jax.numpy as jnp
+
+    y = jnp.einsum("nd,hde->hne", x, m)
+    s = jnp.einsum("hne,me->hnm", y, x)
+    return y, s, jax.nn.softmax(bt * s, axis=-1)
+
+
+def jax_tangent(x, v):
+    """``v`` projected onto the tangent spaces of the sphere at the tokens ``x``."""
+    import jax.numpy as jnp
+
+    return v - jnp.sum(v * x, axis=-1, keepdims=True) * x
+
+
 def diffrax_route(cell, score_matrices, x0, beta, observables=False):
     """diffrax's Dopri5 on the batch (``vmap``, one jit). ``observables``: then, in the same jit, the
     variables ``simulate()`` records by default at the 101 outputs (``jax_observables``)."""
@@ -135,11 +153,8 @@ def diffrax_route(cell, score_matrices, x0, beta, observables=False):
 
     def field(t, x, args):
         m, bt = args
-        y = jnp.einsum("nd,hde->hne", x, m)  # rows M_h x_j
-        s = jnp.einsum("hne,me->hnm", y, x)  # s_ij = <M_h x_i, x_j>
-        w = jax.nn.softmax(bt * s, axis=-1)
-        v = jnp.einsum("hnm,hme->ne", w, y)
-        return v - jnp.sum(v * x, axis=-1, keepdims=True) * x
+        y, _, w = jax_attention(x, m, bt)
+        return jax_tangent(x, jnp.einsum("hnm,hme->ne", w, y))
 
     ts = jnp.linspace(0.0, T_MAX, SAMPLES)
     observe = jax_observables(cell.cluster_eps)
@@ -176,12 +191,9 @@ def jax_observables(cluster_eps):
 
     def observe(x, m, bt):
         n, H = x.shape[0], m.shape[0]
-        y = jnp.einsum("nd,hde->hne", x, m)  # rows M_h x_j (M_h symmetric)
-        s = jnp.einsum("hne,me->hnm", y, x)  # s_ij = <M_h x_i, x_j>
-        p = jax.nn.softmax(bt * s, axis=-1)
+        y, s, p = jax_attention(x, m, bt)
         f = jnp.einsum("hnm,hme->hne", p, y)  # head outputs f^h_i
-        v = f.sum(0)
-        xdot = v - jnp.sum(v * x, axis=-1, keepdims=True) * x
+        xdot = jax_tangent(x, f.sum(0))
         gram = x @ x.T
         upper = jnp.triu(jnp.ones((n, n), bool), 1)
         # clusters: each token takes the smallest label among its neighbours until none changes
