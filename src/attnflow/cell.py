@@ -99,9 +99,11 @@ class Cell:
     cluster_eps: float = _doc(1e-2, "cluster_count joins tokens with <x_i, x_j> >= 1 - cluster_eps "
                               "(clusters observable only)")
     stop_at_cluster: bool = _doc(False, "end each trajectory once its clustering criterion holds (later "
-                                 "samples are NaN): for experiments that only look up to T_eps")
-    observables: Sequence[str] = _doc(DEFAULT_GROUPS, "observable groups to record (cosines always)",
-                                      _choices(GROUPS))
+                                 "samples are NaN, cluster counts -1): for experiments that only look up "
+                                 "to T_eps")
+    observables: Sequence[str] = _doc(DEFAULT_GROUPS, "observable groups to record (cosines always); in a "
+                                      "config, each experiment adds the groups its figure reads to those "
+                                      "listed, and records only those when none are", _choices(GROUPS))
     max_steps: int = _doc(100_000, "step budget per trajectory (a stiff cell fails naming itself)")
 
     def __post_init__(self):

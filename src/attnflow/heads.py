@@ -217,8 +217,8 @@ HEADS: Registry[HeadStructure] = Registry("heads", [
                   rank=lambda c: _trained_matrices(c).factors[1].shape[-1]),
     HeadStructure("trained_orthogonal", _trained_orthogonal, Form.DIAGONAL,
                   lambda c, lam: float(np.mean(_trained_matrices(c).norms)), _TRAINED,
-                  "the idealisation of a trained layer: exactly orthogonal block heads, all of the layer's "
-                  "mean ||M_h||_op", check=_trained_orthogonal_check, reads_strengths=False),
+                  "the idealisation of a trained layer: exactly orthogonal block heads, all of the mean "
+                  "||M_h||_op of the layer's selected heads (head_subset, or the first H)", check=_trained_orthogonal_check, reads_strengths=False),
 ])
 
 

@@ -147,7 +147,7 @@ def simulate(
     if cell.stop_at_cluster:
         data_vars["t_stop"] = ("seed", result.t_stop, {
             "units": "time", "description": "where the run stopped (t_cluster, or t_max if censored); "
-                                            "samples after it are NaN"})
+                                            "samples after it are NaN (cluster counts -1)"})
     data_vars["norm_drift"] = ("seed", result.norm_drift, {
         "units": "1", "description": "max_t,i | ||x_i|| - 1 | over the samples",
     })

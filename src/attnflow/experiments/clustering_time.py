@@ -108,6 +108,7 @@ class ClusteringTime(Experiment):
 
     pinned = {
         "cluster_metric": ("gamma_mean", "the time for the mean cosine to reach each cluster_threshold"),
+        "stop_at_cluster": (False, "panel d counts the clusters left at t_max"),
         **{key: (value, "the closed form is the equiangular ODE of equal scalar heads")
            for key, value in (("heads", "scalar"), ("lambda_dist", "equal"))},
     }

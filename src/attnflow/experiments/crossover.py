@@ -73,7 +73,7 @@ class Crossover(Experiment):
                     low_text="gamma0 = 1/sqrt(d)", high_text="1"),)
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
-        # With stop_at_cluster a run that reached the level has NaN samples after it; one that never
+        # With stop_at_cluster a run that reached the level has counts of -1 after it; one that never
         # did ran to t_max, and its last sample counts the clusters it froze into.
         last = ds.cluster_count.isel(time=-1).astype(float)
         return xr.Dataset({

@@ -120,6 +120,7 @@ class Metastability(Experiment):
     pinned = {
         "sample_spacing": ("log", "the staircase needs samples evenly spaced in log t"),
         "init": ("uniform", "metastable states form from uniform random tokens"),
+        "stop_at_cluster": (False, "the plateaus are read from the cluster count up to t_max"),
     }
     fixed_only = {key: "every cell shares one sample grid, the map's time axis"
                   for key in ("t_max", "n_samples")}
