@@ -66,16 +66,21 @@ def problem(name):
     return cell, score_matrices, x0, beta
 
 
-def best_of(fn, repeat):
-    first = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - first
-    best = first
-    for _ in range(repeat - 1):
-        start = time.perf_counter()
+def best_of(fn, repeat, cpu=None):
+    """Best wall time of ``repeat`` calls, the first call's excess over it (compilation), the output.
+
+    ``cpu``, when given, receives the CPU time of the process (every thread) during the best call:
+    how many cores' worth of work the wall time hides.
+    """
+    calls = []
+    for _ in range(repeat):
+        start, start_cpu = time.perf_counter(), time.process_time()
         out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, first - best, out
+        calls.append((time.perf_counter() - start, time.process_time() - start_cpu))
+    best, best_cpu = min(calls)
+    if cpu is not None:
+        cpu.append(best_cpu)
+    return best, calls[0][0] - best, out
 
 
 def reference(cell, score_matrices, x0, beta, count):
@@ -351,7 +356,8 @@ def main(argv=None):
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     if args.busy_core:
         busy_core(args.busy_core, args.repeat)
-    header = f"{'cell':11} {'route':34} {'wall s':>8} {'compile s':>9} {'steps':>6} {'error':>9} {'drift':>9}"
+    header = (f"{'cell':11} {'route':34} {'wall s':>8} {'cpu s':>7} {'compile s':>9} {'steps':>6} "
+              f"{'error':>9} {'drift':>9}")
     rows, evaluations = [], {}
     for name in [c.strip() for c in args.cells.split(",")]:
         cell, score_matrices, x0, beta = problem(name)
@@ -383,7 +389,8 @@ def main(argv=None):
         positions_error = None
         for label, run in routes:
             try:
-                wall, compile_s, (ys, steps, drift) = best_of(run, args.repeat)
+                cpu = []
+                wall, compile_s, (ys, steps, drift) = best_of(run, args.repeat, cpu)
             except Exception as err:  # noqa: BLE001 - report the failing peer, keep the others
                 print(f"{name:11} {label:34} failed: {type(err).__name__}: {str(err)[:120]}")
                 continue
@@ -392,10 +399,10 @@ def main(argv=None):
                 positions_error = error if label.startswith("attnflow") else positions_error
             else:
                 error = positions_error if positions_error is not None else np.nan
-            row = (name, label, wall, compile_s, float(np.mean(steps)), error, float(np.max(drift)))
+            row = (name, label, wall, compile_s, float(np.mean(steps)), error, float(np.max(drift)), cpu[0])
             rows.append(row)
-            print(f"{name:11} {label:34} {wall:8.3f} {compile_s:9.2f} {row[4]:6.0f} {error:9.1e} "
-                  f"{row[6]:9.1e}", flush=True)
+            print(f"{name:11} {label:34} {wall:8.3f} {cpu[0]:7.3f} {compile_s:9.2f} {row[4]:6.0f} "
+                  f"{error:9.1e} {row[6]:9.1e}", flush=True)
             if label == WITH_OBSERVABLES:  # the same variables as simulate()'s, or the timing means nothing
                 deviation = check_jax_observables(cell, score_matrices, beta, ys, k)
                 verdict = ("the same variables" if deviation < 1e-10
@@ -403,12 +410,14 @@ def main(argv=None):
                 print(f"{'':11} (its observables at its own states against attnflow.engine.observe there: "
                       f"largest deviation {deviation:.1e} of each variable's largest value: {verdict})",
                       flush=True)
-    print("\nspeed-up of attnflow simulate() over diffrax (wall time, this run), and the observables' share:")
+    print("\nspeed-up of attnflow simulate() over diffrax (wall time, this run; in brackets CPU time of\n"
+          "every thread of the process: the work per core), and the observables' share:")
     for name in dict.fromkeys(r[0] for r in rows):
         peer = next((r for r in rows if r[0] == name and r[1].startswith("diffrax")), None)
         ours = {r[1]: r[2] for r in rows if r[0] == name and r[1].startswith("attnflow")}
+        ours_cpu = {r[1]: r[7] for r in rows if r[0] == name and r[1].startswith("attnflow")}
         for label, wall in ours.items():
-            ratio = f"{peer[2] / wall:5.2f}x" if peer else "  n/a"
+            ratio = f"{peer[2] / wall:5.2f}x ({peer[7] / ours_cpu[label]:4.2f}x)" if peer else "  n/a"
             print(f"  {name:11} {label:38} {ratio}")
         base = ours.get("attnflow simulate(), cosines only")
         full = ours.get("attnflow simulate(), all observables")
