@@ -42,6 +42,11 @@ def test_defaults_valid_and_seeds_normalised():
         (dict(atol=0.0), "atol", "0.0"),
         (dict(observables=["energy", "vorticity"]), "observables", "vorticity"),
         (dict(observables="energy"), "observables", "energy"),
+        # int64 in the engine and the generators; a count that would build a billion-entry tuple
+        (dict(seeds=[2**64]), "seeds", str(2**64)),
+        (dict(seeds=10**9), "seeds", str(10**9)),
+        (dict(max_steps=2**70), "max_steps", str(2**70)),
+        (dict(heads="trained", weights=5), "weights", "5"),
     ],
 )
 def test_invalid_values_name_field_and_value(kwargs, field, value):

@@ -39,6 +39,13 @@ def _with(**edits):
     ({"experiments.beta_star.fixed.rtol": "1e-8"},
      r"^experiments\.beta_star\.fixed\.rtol: '1e-8' is not of type 'number' \('1e-8' is a string to YAML: "
      r"write an exponent with a dot and a sign, e\.g\. 1\.0e-08\)"),
+    # Sizes no machine holds: refused here, not as a MemoryError in a job (or while validating).
+    ({"experiments.beta_star.fixed.seeds": 10**9},
+     r"^experiments\.beta_star .*Cell\.seeds = 1000000000: at most 1,000,000 seeds in one cell"),
+    ({"experiments.beta_star.fixed.n_samples": 10**11},
+     r"^experiments\.beta_star \(grid point .*\): its arrays need .* GiB .* above 1024 GiB"),
+    ({"experiments.beta_star.fixed.max_steps": 2**70},
+     r"^experiments\.beta_star .*Cell\.max_steps = 1180591620717411303424: exceeds 2\^63 - 1"),
 ])
 def test_refused_with_the_key_named(edits, match):
     with pytest.raises(ConfigError, match=match) as err:
@@ -105,3 +112,40 @@ def test_refine_refuses_rounds_below_one(rounds, capsys):
         attnflow_main(["refine", "beta_star", "--rounds", rounds])
     assert exit_.value.code == 2
     assert "--rounds" in capsys.readouterr().err
+
+
+def test_results_that_is_a_file_is_refused(tmp_path):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("")
+    for results in (afile, afile / "below"):
+        with pytest.raises(ConfigError, match=rf"^results = '{results}': not a directory"):
+            validate(_with(results=str(results)), reach_scheduler=False)
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["status", "--cores", "0"], "--cores"),
+    (["plan", "--cores", "-4"], "--cores"),
+    (["status", "--certificate-bound", "nan"], "--certificate-bound"),
+    (["status", "--certificate-bound", "-1"], "--certificate-bound"),
+])
+def test_cli_numbers_out_of_range_are_refused(argv, option, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        attnflow_main(argv)
+    assert exit_.value.code == 2
+    assert option in capsys.readouterr().err
+
+
+def test_cli_outputs_that_cannot_be_written_are_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert attnflow_main(["schema", "--output", str(tmp_path / "no" / "such" / "s.yaml")]) == 2
+    assert attnflow_main(["docs", "--output", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "attnflow schema: --output" in err and "attnflow docs: --output" in err
+
+
+def test_status_refuses_an_empty_results_override(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("results: out\nexperiments: {energy: {}}\n")
+    assert attnflow_main(["status", "--configfile", str(config), "--results", ""]) == 2
+    assert "results = '': must name an output directory" in capsys.readouterr().err

@@ -98,6 +98,13 @@ def test_explicit_inputs_refused_with_clear_messages(rng):
         simulate(cell.replace(beta=100.0), score_matrices=10 * np.stack([np.eye(4)] * 2))
     with pytest.raises(TypeError, match="expects a Cell"):
         simulate({"H": 2})
+    with pytest.raises(ValueError, match="x0: not an array of one shape"):
+        simulate(cell, x0=[[1.0, 0.0, 0.0, 0.0], [1.0, 0.0]])
+    with pytest.raises(TypeError, match=r"certify = 'no': must be True or False"):
+        simulate(cell, certify="no")
+    # Refused before any allocation: 4 seeds x 10^11 samples would need terabytes.
+    with pytest.raises(ValueError, match=r"its arrays need .* GiB .* above 1024 GiB"):
+        simulate(cell.replace(n_samples=10**11))
 
 
 def test_step_budget_failure_names_the_cell():

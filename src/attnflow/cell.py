@@ -39,6 +39,8 @@ LOG_DECADES = 6
 SAMPLE_SPACINGS = ("linear", "log")
 # Below this, the error control asks for more than float64 can deliver.
 MIN_RTOL = 1e-14
+INT64_MAX = 2**63 - 1
+MAX_SEEDS = 10**6
 
 
 def _doc(default, doc: str, choices=None):
@@ -117,6 +119,10 @@ class Cell:
         for name, minimum in _MINIMUMS:
             if values[name] < minimum:
                 _fail(name, values[name], f"must be >= {minimum}")
+        if values["max_steps"] > INT64_MAX:
+            _fail("max_steps", values["max_steps"], "exceeds 2^63 - 1 (the engine counts steps in int64)")
+        if type(values["weights"]) is not str:
+            _fail("weights", values["weights"], "must be a string: a file path, 'minilm', or '' for none")
         for name in _POSITIVE:
             if values[name] <= 0:
                 _fail(name, values[name], "must be > 0")
@@ -333,6 +339,9 @@ def _normalise_seeds(seeds) -> tuple[int, ...]:
     if _is_int(seeds):
         if seeds < 1:
             _fail("seeds", seeds, "a seed count must be >= 1")
+        if seeds > MAX_SEEDS:  # one batch, one store: checked before a tuple of them is built
+            _fail("seeds", seeds, f"at most {MAX_SEEDS:,} seeds in one cell; split them across cells "
+                  "with seed lists")
         return tuple(range(int(seeds)))
     if not _is_list(seeds):
         _fail("seeds", seeds, "must be a count or a list of non-negative integers")
@@ -340,6 +349,8 @@ def _normalise_seeds(seeds) -> tuple[int, ...]:
     for s in seeds:
         if not _is_int(s) or s < 0:
             _fail("seeds", seeds, f"entry {s!r} is not a non-negative integer")
+        if s > INT64_MAX:
+            _fail("seeds", seeds, f"entry {s} exceeds 2^63 - 1 (seeds are int64)")
         out.append(int(s))
     if not out:
         _fail("seeds", seeds, "the list is empty")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
@@ -53,7 +55,7 @@ def _status(args) -> int:
 
     try:
         config = load(args.configfile)
-        if args.results:
+        if args.results is not None:  # validate refuses an empty one, as in a config
             config["results"] = args.results
         sweep = validate(config, reach_scheduler=False)
     except ConfigError as err:
@@ -116,7 +118,11 @@ def _schema(args) -> int:
 
     text = yaml.safe_dump(schema(), sort_keys=False, width=100)
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as err:
+            print(f"attnflow schema: --output {args.output}: cannot write ({err.strerror})", file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(text)
     return 0
@@ -127,9 +133,14 @@ def _docs(args) -> int:
 
     pages = {"experiments.md": experiments_markdown(), "config.md": config_markdown()}
     if args.output:
-        Path(args.output).mkdir(parents=True, exist_ok=True)
-        for name, text in pages.items():
-            (Path(args.output) / name).write_text(text)
+        try:
+            Path(args.output).mkdir(parents=True, exist_ok=True)
+            for name, text in pages.items():
+                (Path(args.output) / name).write_text(text)
+        except OSError as err:
+            print(f"attnflow docs: --output {args.output}: cannot write the pages there ({err.strerror}; "
+                  "it must be a directory)", file=sys.stderr)
+            return 2
     else:
         sys.stdout.write("\n".join(pages.values()))
     return 0
@@ -196,13 +207,25 @@ def _plan(args) -> int:
 
 
 def _positive(text: str) -> int:
-    """An integer >= 1 (``--rounds 0`` would run the workflow and refine nothing)."""
+    """An integer >= 1 (``--rounds 0`` would run the workflow and refine nothing; ``--cores 0`` plans
+    on no core)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
+def _bound(text: str) -> float:
+    """A finite number > 0 (a certificate bound of -1 or nan would flag every store)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text}: must be a finite number > 0")
     return value
 
 
@@ -216,8 +239,8 @@ def main(argv=None) -> int:
     status.add_argument("--deep", action="store_true",
                         help="read every byte of every store against its checksums (finds bit rot, which the "
                              "check of sizes and times at every start cannot see)")
-    status.add_argument("--cores", type=int, help="cores the run uses, for its ETA (default: all here)")
-    status.add_argument("--certificate-bound", type=float, default=1e-4,
+    status.add_argument("--cores", type=_positive, help="cores the run uses, for its ETA (default: all here)")
+    status.add_argument("--certificate-bound", type=_bound, default=1e-4,
                         help="flag finished stores whose accuracy certificate exceeds this (default 1e-4)")
     status.set_defaults(func=_status)
     schema = sub.add_parser("schema", help="the config's JSON schema (YAML), generated from Cell and the "
@@ -241,7 +264,8 @@ def main(argv=None) -> int:
                                        "wall time and the largest job's memory, from the SLURM cost model")
     plan.add_argument("--configfile", default="config/config.yaml")
     plan.add_argument("--profile", help="a Snakemake profile (directory): its cores, jobs and threads")
-    plan.add_argument("--cores", type=int, help="cores to run on (default: the profile's, else all here)")
+    plan.add_argument("--cores", type=_positive,
+                      help="cores to run on (default: the profile's, else all here)")
     plan.add_argument("--results", help="override the config's results directory")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=_plan)
@@ -267,7 +291,13 @@ def main(argv=None) -> int:
     if passthrough and args.command != "refine":
         parser.error(f"arguments after -- go to snakemake; only attnflow refine takes them: {passthrough}")
     args.snakemake_args = passthrough
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # The reader went away (``attnflow status | head``): not an error of attnflow's. Point stdout at
+        # devnull so that the interpreter's own flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -208,6 +208,14 @@ def check_results(results) -> None:
         raise ConfigError(f"results = {results!r}: must name an output directory")
     if Path(results).resolve() == Path(Path(results).resolve().anchor):
         raise ConfigError(f"results = {results!r}: the filesystem root; name a directory for the outputs")
+    # The first path that exists on the way down must be a directory, or every write below fails late.
+    for path in (Path(results), *Path(results).parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "" if path == Path(results) else f" ({path} is a file)"
+                raise ConfigError(f"results = {results!r}: not a directory{where}; name a directory for the "
+                                  "outputs")
+            break
 
 
 def check_scheduler(name: str, timeout: float = 2.0) -> None:
@@ -337,15 +345,26 @@ def check_inputs(experiment: Experiment, spec: Spec) -> None:
 def points_of(spec: Spec) -> list[Point]:
     """The grid points of a spec (``attnflow.sweep.point``); a cell ``Cell`` refuses is a
     ``ConfigError`` naming the experiment and the grid point, then Cell's own message (the field)."""
-    points = []
+    from .resources import oversized
+
+    points, sized = [], set()
     for coords in spec.coordinates():
+        at = f" (grid point {coords})" if coords else ""
         try:
             points.append(point(spec, coords))
         except TypeError as err:  # a field Cell does not have
             raise ConfigError(f"experiments.{spec.name}: {err}") from None
         except ValueError as err:
-            at = f" (grid point {coords})" if coords else ""
             raise ConfigError(f"experiments.{spec.name}{at}: {err}") from None
+        cell = points[-1].cell
+        # what cell_bytes reads
+        shape = (cell.n_seeds, cell.n_samples, cell.n, cell.d, cell.H, cell.observables, cell.heads,
+                 cell.lambda_dist, cell.values, cell.weights, cell.layer, cell.head_subset)
+        if shape not in sized:  # a grid has few shapes: a sweep of 10^5 cells sizes a handful
+            sized.add(shape)
+            too_large = oversized(cell)
+            if too_large:
+                raise ConfigError(f"experiments.{spec.name}{at}: {too_large}")
     return points
 
 

@@ -52,8 +52,8 @@ def experiments_markdown(experiments=None) -> str:
             "",
             f"**How to read it.** {exp.reading}",
             "",
-            ("**Default block** (its `fixed` fills each key that the config's block and `defaults` leave out; "
-             "a block's own `grid` or `batch_over` replaces this one whole):"),
+            ("**Default block** (its `fixed` fills each key that the config's block and `defaults` "
+             "leave out; a block's own `grid` or `batch_over` replaces this one whole):"),
             "",
             "```yaml",
             yaml.safe_dump({exp.name: exp.defaults}, sort_keys=False, width=100).rstrip(),

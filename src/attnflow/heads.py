@@ -218,7 +218,8 @@ HEADS: Registry[HeadStructure] = Registry("heads", [
     HeadStructure("trained_orthogonal", _trained_orthogonal, Form.DIAGONAL,
                   lambda c, lam: float(np.mean(_trained_matrices(c).norms)), _TRAINED,
                   "the idealisation of a trained layer: exactly orthogonal block heads, all of the mean "
-                  "||M_h||_op of the layer's selected heads (head_subset, or the first H)", check=_trained_orthogonal_check, reads_strengths=False),
+                  "||M_h||_op of the layer's selected heads (head_subset, or the first H)",
+                  check=_trained_orthogonal_check, reads_strengths=False),
 ])
 
 

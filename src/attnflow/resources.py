@@ -39,6 +39,9 @@ SECONDS_PER_CALL = 5e-6
 STARTUP_SECONDS = 90.0
 SAFETY = 3.0
 MIN_MINUTES = 5
+# A cell whose arrays exceed this cannot run on any node we know of: refused before it is built
+# (config validation, simulate()), instead of failing in a job at allocation.
+MAX_CELL_BYTES = 2**40
 
 
 def head_entries(cell: Cell) -> int:
@@ -69,6 +72,17 @@ def cell_bytes(cell: Cell) -> int:
     matrices = 3 * head_entries(cell) * 8  # built, stacked, stored
     buffers = 2 * (4 * cell.H * cell.n * cell.n + 8 * cell.H * cell.n * cell.d) * 8  # two threads
     return int(recorded + matrices + buffers)
+
+
+def oversized(cell: Cell) -> str | None:
+    """Why a cell's arrays could not fit in any machine's memory (``MAX_CELL_BYTES``), or None: checked
+    before anything is allocated, by config validation and by ``simulate()``."""
+    needed = cell_bytes(cell)
+    if needed <= MAX_CELL_BYTES:
+        return None
+    return (f"its arrays need {needed / 2**30:.3g} GiB (seeds x n_samples x the recorded variables, the "
+            f"heads and the engine's buffers), above {MAX_CELL_BYTES / 2**30:.0f} GiB: record fewer "
+            "samples, seeds or observables, or split the cell")
 
 
 def memory_mb(cells: Iterable[Cell], attempt: int = 1) -> int:
@@ -127,4 +141,5 @@ def runtime_minutes(cells: Iterable[Cell], attempt: int = 1) -> int:
     return max(MIN_MINUTES, int(np.ceil(seconds / 60.0))) * 2 ** (attempt - 1)
 
 
-__all__ = ["cell_bytes", "cell_seconds", "memory_mb", "recorded_bytes", "runtime_minutes", "steps"]
+__all__ = ["MAX_CELL_BYTES", "cell_bytes", "cell_seconds", "memory_mb", "oversized", "recorded_bytes",
+           "runtime_minutes", "steps"]

@@ -11,6 +11,7 @@ from .cell import MAX_EXPONENT, MIN_RTOL, Cell
 from .engine import IntegrationError, solve
 from .heads import Form, head_matrices
 from .observables import variables
+from .resources import oversized
 from .tokens import initial_tokens
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
@@ -91,6 +92,11 @@ def simulate(
     """
     if not isinstance(cell, Cell):
         raise TypeError(f"simulate expects a Cell, got {type(cell).__name__}")
+    if not isinstance(certify, (bool, np.bool_)):
+        raise TypeError(f"simulate: certify = {certify!r}: must be True or False")
+    too_large = oversized(cell)
+    if too_large:
+        raise ValueError(f"{describe(cell)}: {too_large}")
     n_seeds, n, d, H = cell.n_seeds, cell.n, cell.d, cell.H
     spherical = cell.spherical
 
@@ -275,7 +281,10 @@ def describe(cell: Cell) -> str:
 
 
 def _as_real(name, a):
-    a = np.asarray(a)
+    try:
+        a = np.asarray(a)
+    except ValueError as err:  # a ragged nesting of lists
+        raise ValueError(f"{name}: not an array of one shape ({err})") from None
     if np.iscomplexobj(a):
         raise ValueError(f"{name}: complex entries; the model is real")
     if not np.issubdtype(a.dtype, np.number) or a.dtype == bool:

@@ -49,9 +49,10 @@ class TrainedHeads(Experiment):
                "embedding matrix. (a) principal angles between the query subspaces of every pair of heads "
                "(the paper quotes 70-85 degrees, shaded) and (b) the normalised overlap "
                "||M_h' M_h||_op / (||M_h'|| ||M_h||). (c, d) the trained heads and (e, f) exactly "
-               "orthogonal heads of the mean strength of the layer's selected heads: fraction of runs in which every head's "
-               "energy is non-decreasing up to the clustering time, and the fraction of that time inside "
-               "Radial Dominance, over (layer, beta); diamonds: the measured threshold per layer.")
+               "orthogonal heads of the mean strength of the layer's selected heads: fraction of runs "
+               "in which every head's energy is non-decreasing up to the clustering time, and the "
+               "fraction of that time inside Radial Dominance, over (layer, beta); diamonds: the measured "
+               "threshold per layer.")
     reading = ("The paper motivates approximate orthogonality by angles of 70-85 degrees between trained "
                "heads; panel (a) shows the median there but a wide lower tail, and panel (b) overlaps far "
                "from the small-delta regime of Thm 39. Compare (c) with (e): where the trained heads lose "
