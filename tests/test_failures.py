@@ -134,3 +134,15 @@ def test_a_dense_axis_keeps_a_readable_number_of_tick_labels():
     ticks = ax.get_xticks()
     assert len(ticks) <= MAX_TICKS and ticks[0] == pytest.approx(0.1) and ticks[-1] == pytest.approx(100)
     plt.close(fig)
+
+
+def test_when_every_cell_failed_the_summary_error_says_why(tmp_path):
+    from attnflow.aggregate import summarise
+    from attnflow.experiments import registry
+
+    store = str(tmp_path / "never-written.zarr.zip")  # a batch whose cells all failed writes no store
+    entries = [({"beta": 16.0}, store, "c1"), ({"beta": 32.0}, store, "c2")]
+    failures = {"c1": "step budget of 1 exhausted", "c2": "step budget of 1 exhausted"}
+    with pytest.raises(FileNotFoundError, match=r"beta_star: none of the 2 cells is stored: 2 failed, the "
+                                                r"first at \{'beta': 16\.0\}: step budget of 1 exhausted"):
+        summarise(registry().get("beta_star"), None, entries, failures)

@@ -123,7 +123,10 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
              for path, wanted in by_store.items() if held[path] & {cid for _, cid in wanted}]
     pieces = [piece for pieces in dask.compute(*tasks) for piece in pieces]
     if not pieces:
-        raise FileNotFoundError(f"{experiment.name}: none of the {len(entries)} cells is stored")
+        why = (f": {len(failed)} failed, the first at {failed[0]['coords']}: {failed[0]['error']}" if failed
+               else "")
+        raise FileNotFoundError(f"{experiment.name}: none of the {len(entries)} cells is stored{why} "
+                                "(`attnflow status` lists them)")
     out = xr.concat(pieces, dim=CELL, join="outer", fill_value=np.nan, coords="minimal",
                     compat="override", combine_attrs="drop")
     certificate = _worst_certificate(out.certificate_error.values, out.store_cell.values)
