@@ -263,3 +263,32 @@ def test_a_kernel_compiles_under_the_machine_wide_lock():
     assert child.wait(timeout=120) == 0
     assert child.stdout.read().split() == ["ready", "1"]
     assert "waiting for another process compiling the engine" in child.stderr.read()
+
+
+def test_batch_inputs_of_the_wrong_shape_are_refused_naming_the_argument():
+    # The compiled code would fail on these without a name, or broadcast what it should not.
+    rng = np.random.default_rng(0)
+    x0 = rng.standard_normal((2, 3, 4))
+    x0 /= np.linalg.norm(x0, axis=2, keepdims=True)
+    M = np.broadcast_to(np.eye(4), (1, 2, 4, 4)).copy()
+    kw = dict(attention="softmax", beta=1.0, spherical=True, t_eval=np.linspace(0, 1, 5), rtol=1e-6,
+              atol=1e-9, max_steps=1000)
+    cases = [
+        (dict(x0=x0[0]), r"^x0: shape \(3, 4\), expected \(B, n, d\)"),
+        (dict(score_matrices=np.ones((1, 2, 5, 5))), r"^score_matrices: shape \(1, 2, 5, 5\)"),
+        (dict(score_matrices=np.ones((3, 2, 4, 4))), r"^score_matrices: shape \(3, 2, 4, 4\)"),
+        (dict(score_matrices=None, diagonal=np.ones((1, 2, 7))), r"^diagonal: shape \(1, 2, 7\)"),
+        (dict(values=np.ones((1, 5, 4, 4))), r"^values: shape \(1, 5, 4, 4\)"),
+        (dict(score_matrices=None, factors=(np.ones((1, 2, 4, 1)), np.ones((1, 2, 3)))),
+         r"^factors\[0\] \(U\)"),
+        (dict(beta=np.ones(5)), r"^beta: .* or 2 of them"),
+        (dict(beta=np.nan), r"^beta: nan"),
+        (dict(rtol=-1), r"^rtol = -1"),
+        (dict(cluster_metric="bogus"), r"^cluster_metric: 'bogus', expected one of epsilon, gamma_mean"),
+    ]
+    for edits, match in cases:
+        args = {"x0": x0, "score_matrices": M, **kw, **edits}
+        with pytest.raises(ValueError, match=match):
+            solve(args.pop("x0"), args.pop("score_matrices"), **args)
+    with pytest.raises(ValueError, match=r"^x: shape \(3, 4\)"):
+        observe(x0[0], M, attention="softmax", beta=1.0)

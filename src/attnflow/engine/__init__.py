@@ -215,6 +215,43 @@ def _writable(a) -> np.ndarray:
     return a if a.flags.writeable else a.copy()
 
 
+def _check_batch(x0, score_matrices, diagonal, factors, values, beta, name="x0") -> None:
+    """Shapes and values of a batch, each refused in one line naming the argument (the compiled code
+    would fail on them without a name, or run on a broadcast it should not)."""
+    x0 = np.asarray(x0)
+    if x0.ndim != 3:
+        raise ValueError(f"{name}: shape {x0.shape}, expected (B, n, d)")
+    B, n, d = x0.shape
+    lead = f"B = {B} or 1"
+
+    def check(label, a, tail, ndim):
+        a = np.asarray(a)
+        if a.ndim != ndim or a.shape[0] not in (1, B) or a.shape[2:] != tail[1:] or a.shape[1] != tail[0]:
+            want = ", ".join(map(str, tail))
+            raise ValueError(f"{label}: shape {a.shape}, expected ({lead}, {want}) for {name} of shape "
+                             f"{x0.shape}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"{label}: contains non-finite entries")
+
+    given = [a for a in (score_matrices, diagonal, None if factors is None else factors[1]) if a is not None]
+    if len(given) != 1:
+        raise ValueError("give the score matrices in exactly one form: score_matrices, diagonal or factors")
+    H = np.shape(given[0])[1] if np.ndim(given[0]) >= 2 else 0
+    if score_matrices is not None:
+        check("score_matrices", score_matrices, (H, d, d), 4)
+    if diagonal is not None:
+        check("diagonal", diagonal, (H, d), 3)
+    if factors is not None:
+        u, e = factors
+        check("factors[1] (e)", e, (H, np.shape(e)[-1] if np.ndim(e) else 0), 3)
+        check("factors[0] (U)", u, (H, d, np.shape(e)[-1]), 4)
+    if values is not None:
+        check("values", values, (H, d, d), 4)
+    b = np.asarray(beta, dtype=float)
+    if b.ndim > 1 or (b.ndim == 1 and b.size != B) or not np.all(np.isfinite(b) & (b > 0)):
+        raise ValueError(f"beta: {beta!r}, expected a finite number > 0 or {B} of them (one per trajectory)")
+
+
 def _per_trajectory(beta, B: int) -> np.ndarray:
     return _writable(np.broadcast_to(np.asarray(beta, dtype=np.float64), (B,)))
 
@@ -271,6 +308,13 @@ def solve(
     Raises ``IntegrationError`` naming the first trajectory that stopped early.
     """
     flow = flow_of(attention, spherical, mask)
+    _check_batch(x0, score_matrices, diagonal, factors, values, beta)
+    if cluster_metric not in METRICS:
+        raise ValueError(f"cluster_metric: {cluster_metric!r}, expected one of {', '.join(METRICS)}")
+    if fixed_step is None and not (0.0 < rtol < 1.0 and atol > 0.0):  # fixed steps control no error
+        raise ValueError(f"rtol = {rtol!r}, atol = {atol!r}: need 0 < rtol < 1 and atol > 0")
+    if int(max_steps) < 1:
+        raise ValueError(f"max_steps = {max_steps!r}: need at least 1")
     x0 = np.ascontiguousarray(x0, dtype=np.float64)
     B, n, d = x0.shape
     t_eval = np.ascontiguousarray(t_eval, dtype=np.float64)
@@ -330,6 +374,7 @@ def observe(
     Returns name -> array of shape (B, ...) for every variable of ``groups``.
     """
     flow = flow_of(attention, spherical, mask)
+    _check_batch(x, score_matrices, diagonal, factors, values, beta, name="x")
     x = np.ascontiguousarray(x, dtype=np.float64)
     B, n, d = x.shape
     groups = canonical_groups(groups)
