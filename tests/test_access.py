@@ -1,11 +1,15 @@
 """One-line access on a finished tiny run: summaries and stores by experiment name and grid values."""
 
+import os
+import shlex
 import struct
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
 import pytest
-from sweep_helpers import write_config
+from sweep_helpers import ENV, ROOT, write_config
 
 import attnflow
 from attnflow.access import NotBuiltError, NotOnGrid
@@ -95,8 +99,23 @@ def test_open_cells_names_values_not_on_the_grid(tiny_run):
 
 def test_open_cells_of_a_run_not_done(tiny_run, tmp_path):
     fresh = write_config(tmp_path)
-    with pytest.raises(NotBuiltError, match=r"4 of 4 cells have no store yet .*snakemake --configfile"):
+    with pytest.raises(NotBuiltError, match=r"4 of 4 cells have no store yet .*`snakemake .* --configfile"):
         attnflow.open_cells("beta_star", configfile=fresh)
+
+
+def test_the_build_command_an_error_names_is_one_snakemake_runs(tmp_path):
+    # A promise: the command in NotBuiltError's message must plan the target (dry run here).
+    fresh = write_config(tmp_path)
+    with pytest.raises(NotBuiltError) as err:
+        attnflow.open_summary("beta_star", configfile=fresh)
+    program, *args = shlex.split(str(err.value).split("`")[1])
+    assert program == "snakemake"
+    # From tmp_path with the Snakefile named, so the dry run leaves nothing in the checkout.
+    proc = subprocess.run([sys.executable, "-m", "snakemake", *args, "--snakefile", str(ROOT / "Snakefile"),
+                           "-n", "--cores", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **ENV})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "aggregate" in proc.stdout + proc.stderr
 
 
 def test_open_summary_warns_when_the_config_changed_since(tiny_run, tmp_path):

@@ -63,8 +63,9 @@ def _check_experiment(sweep, experiment: str, configfile) -> None:
 
 
 def build_command(configfile, target: str | Path) -> str:
-    """The command that writes ``target`` (a summary or figure) for this config."""
-    return f"snakemake --configfile {configfile} {target}"
+    """The command that writes ``target`` (a summary or figure) for this config. The target comes
+    first: ``--configfile`` takes every word after it, so a target there would be read as a config."""
+    return f"snakemake {target} --configfile {configfile}"
 
 
 def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
