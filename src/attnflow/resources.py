@@ -14,6 +14,7 @@ each shipped config (tests/test_resources.py); a retry asks for more
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -61,7 +62,8 @@ def rank(cell: Cell) -> int:
 def recorded_bytes(cell: Cell) -> int:
     """Bytes of the variables one cell records (what its store holds)."""
     sizes = {"head": cell.H, "token": cell.n, "dim": cell.d}
-    per_sample = sum(int(np.prod([sizes[d] for d in v.dims], dtype=np.int64)) * np.dtype(v.dtype).itemsize
+    # math.prod: exact for any size (an absurd config must be sized, not overflow int64), and fast
+    per_sample = sum(math.prod(sizes[d] for d in v.dims) * np.dtype(v.dtype).itemsize
                      for v in variables(cell.observables))
     return cell.n_seeds * cell.n_samples * per_sample
 
