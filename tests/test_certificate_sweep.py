@@ -45,3 +45,14 @@ def test_summary_carries_the_worst_certificate_and_status_flags(tmp_path):
     flagged = status(config, "--certificate-bound", f"{min(certificates) / 2:g}")
     assert flagged.returncode == 0
     assert flagged.stdout.count("uncertified crossover/") == len(certificates), flagged.stdout
+
+
+def test_a_figure_says_when_its_worst_certificate_is_above_the_bound():
+    import xarray as xr
+
+    from attnflow.numerics import CERTIFICATE_BOUND
+
+    assert "uncertified" not in certificate_line(xr.Dataset(attrs={"certificate_error": CERTIFICATE_BOUND / 2}))
+    for worst in (CERTIFICATE_BOUND * 5.9, float("nan")):
+        line = certificate_line(xr.Dataset(attrs={"certificate_error": worst}))
+        assert f"above {CERTIFICATE_BOUND:g}: uncertified" in line

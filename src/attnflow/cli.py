@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+from .numerics import CERTIFICATE_BOUND
+
 STATES = ("done", "missing", "failed", "corrupt", "interrupted", "stale")
 
 
@@ -240,8 +242,9 @@ def main(argv=None) -> int:
                         help="read every byte of every store against its checksums (finds bit rot, which the "
                              "check of sizes and times at every start cannot see)")
     status.add_argument("--cores", type=_positive, help="cores the run uses, for its ETA (default: all here)")
-    status.add_argument("--certificate-bound", type=_bound, default=1e-4,
-                        help="flag finished stores whose accuracy certificate exceeds this (default 1e-4)")
+    status.add_argument("--certificate-bound", type=_bound, default=CERTIFICATE_BOUND,
+                        help="flag finished stores whose accuracy certificate exceeds this (default "
+                             f"{CERTIFICATE_BOUND:g})")
     status.set_defaults(func=_status)
     schema = sub.add_parser("schema", help="the config's JSON schema (YAML), generated from Cell and the "
                                            "experiments")

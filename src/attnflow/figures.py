@@ -18,6 +18,7 @@ import xarray as xr  # noqa: E402
 
 from . import plotting  # noqa: E402, F401  (the figures' theme, set on import)
 from .experiments import Spec, registry  # noqa: E402
+from .numerics import CERTIFICATE_BOUND  # noqa: E402
 from .sweep import describe_failures  # noqa: E402
 
 DPI = 150  # of the PNG
@@ -31,6 +32,8 @@ def certificate_line(summary: xr.Dataset) -> str:
         return "accuracy certificate: none (stores written before certificates)"
     text = (f"accuracy certificate: worst deviation {float(worst):.1e} of a recorded variable, relative "
             "to its scale, from a rerun of the first seeds at a 100x tighter tolerance")
+    if not float(worst) <= CERTIFICATE_BOUND:  # NaN included
+        text += f" (above {CERTIFICATE_BOUND:g}: uncertified; `attnflow status` names the cells)"
     return text + (f"; {unknown} stores without one" if unknown else "")
 
 

@@ -1,4 +1,5 @@
-"""The version of the numbers the engine computes (``attnflow.engine`` re-exports it).
+"""The version of the numbers the engine computes (``attnflow.engine`` re-exports it), and the bound
+on a store's accuracy certificate.
 
 Its own module, outside the engine package: the workflow reads it at every start (a store's
 record must match it), and importing anything under ``attnflow.engine`` loads numba and
@@ -12,8 +13,12 @@ summary with current ones. ``tests/test_numerics_version.py`` holds golden
 values of a few cells and fails when they change while this stays the same.
 """
 
+# A store whose accuracy certificate (docs/model.md, "Accuracy of a stored result") exceeds this is
+# uncertified: `attnflow status` lists it, a figure's footer says so.
+CERTIFICATE_BOUND = 1e-4
+
 # 2: scalar heads (M_h = lambda_h I, values aligned) with n < d integrate in the span of the initial
 #    tokens (engine._span_basis): the same flow, its error control on n coordinates instead of d.
 NUMERICS_VERSION = 2
 
-__all__ = ["NUMERICS_VERSION"]
+__all__ = ["CERTIFICATE_BOUND", "NUMERICS_VERSION"]

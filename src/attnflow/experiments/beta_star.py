@@ -96,14 +96,19 @@ class BetaStar(Experiment):
                "uniform random starts (Thm 19). Black dashed: the closed form beta*(H, n) (hatched "
                "where beta* <= 0); red circles: the orthogonal-token check (bisection on the measured "
                "margin); white diamonds: the measured threshold per n, mean and 95% interval over "
-               "seeds (triangles: above or below the grid).")
+               "the seeds whose threshold is on the grid (rows 1, 3: every head monotone fails above it; "
+               "rows 2, 4: the start leaves Radial Dominance above it), shown where most seeds have "
+               "one (triangles: most seeds above or below the grid).")
     reading = ("The closed form is a sufficient condition at one configuration (orthogonal tokens, "
                "equal scalar heads): it says nothing fails below the dashed curve. The colour shows "
                "where monotonicity actually fails: with equal scalar heads every head is monotone at "
                "every beta (the heads coincide, so the total's monotonicity carries over) although "
-               "Radial Dominance is left well above beta*; with block heads monotonicity fails above "
-               "a measured threshold (diamonds) that can be compared with the curve. The red circles "
-               "sit on the curve: they check the formula by bisection on the measured margin.")
+               "Radial Dominance is left well above beta*; with softmax block heads monotonicity fails "
+               "above a measured threshold (diamonds) that can be compared with the curve, while usa "
+               "block heads lose it already at the grid's smallest beta (triangles below it). The "
+               "diamonds of rows 2 and 4 date the start leaving Radial Dominance; the colour there is "
+               "the share of the run spent inside it, so the two need not agree. The red circles sit "
+               "on the curve: they check the formula by bisection on the measured margin.")
 
     refine_axis = "beta"
 
@@ -202,10 +207,12 @@ class BetaStar(Experiment):
                                edgecolor="k", hatch="///", lw=0)
                 ax.plot(n_vals, sub.beta_orthogonal.values, "o", mfc="none", mec="tab:red", ms=6, mew=1.4)
                 mean, half = sub[f"beta_{q}_mean"].values, sub[f"beta_{q}_ci"].values
-                ax.errorbar(n_vals, mean, yerr=np.nan_to_num(half), fmt="D", color="w", mec="k", ms=5,
-                            ecolor="w", capsize=2)
                 above = sub[f"beta_{q}_above_grid"].values >= 0.5
                 below = sub[f"beta_{q}_below_grid"].values >= 0.5
+                # A diamond stands for most seeds: where most are off the grid, only the triangle.
+                on = ~(above | below)
+                ax.errorbar(n_vals[on], mean[on], yerr=np.nan_to_num(half[on]), fmt="D", color="w", mec="k",
+                            ms=5, ecolor="w", capsize=2)
                 ax.plot(n_vals[above], np.full(above.sum(), b_edges[-1] * 0.93), "^", color="w", mec="k")
                 ax.plot(n_vals[below], np.full(below.sum(), b_edges[0] * 1.07), "v", color="w", mec="k")
                 ax.set_xlim(n_edges[0], n_edges[-1])
@@ -225,14 +232,18 @@ class BetaStar(Experiment):
         fig.colorbar(mesh, cax=cax,
                      label="fraction of runs (every head monotone)\nor of time (in Radial Dominance)")
         handles = [
-            Line2D([], [], color="k", ls="--", label=rf"closed form $\beta^*(H,n)$, $\alpha={alpha:g}$"),
+            Line2D([], [], color="k", ls="--", label=rf"closed form $\beta^*(H,n)$, $\alpha={alpha:g}$: "
+                   "sufficient at orthogonal tokens,\nequal scalar heads (these runs: uniform tokens)"),
             Patch(facecolor="none", edgecolor="k", hatch="///",
                   label=r"$\beta^* \leq 0$: no $\beta$ qualifies"),
             Line2D([], [], marker="o", mfc="none", mec="tab:red", ls="", label="orthogonal-token check"),
             Line2D([], [], marker="D", color="w", mec="k", ls="",
-                   label="measured threshold, mean and 95% CI over seeds"),
-            Line2D([], [], marker="^", color="w", mec="k", ls="", label="threshold above the grid"),
-            Line2D([], [], marker="v", color="w", mec="k", ls="", label="threshold below the grid"),
+                   label="measured threshold, mean and 95% CI over seeds on the grid:\nrows 1, 3: "
+                         "monotonicity fails above; rows 2, 4: the start leaves RD above"),
+            Line2D([], [], marker="^", color="w", mec="k", ls="",
+                   label="threshold above the grid (most seeds)"),
+            Line2D([], [], marker="v", color="w", mec="k", ls="",
+                   label="threshold below the grid (most seeds)"),
         ]
         fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.45, -0.02))
         fixed = self.describe_fixed(spec, ("d", "init", "lambda_dist", "lambda_bar", "t_max"))
