@@ -8,6 +8,8 @@ import xarray as xr
 from .. import theory
 from . import Axis, Experiment
 
+CLOSED_COLOUR = "tab:green"  # the closed-form contour, apart from the measured one (black)
+
 
 def linear_strengths(lambda_bar, spread, H):
     """The ``linear`` distribution's strengths, (..., H), broadcast over ``lambda_bar`` and ``spread``."""
@@ -46,14 +48,14 @@ class Superadditivity(Experiment):
                "Rows: equiangular start (where the theorem lives) and uniform random starts (median of "
                "the per-seed ratio, same tokens for both); columns: spread. Black: measured ratio = 1; "
                "dashed: the early-time boundary lambda_c(beta); hatched: the early-rate prediction "
-               "sum phi(lambda_h) > H phi(lambda_bar); dotted (top row): ratio = 1 of the closed-form "
+               "sum phi(lambda_h) > H phi(lambda_bar); green dotted (top row): ratio = 1 of the closed-form "
                "time integral of the equiangular ODE.")
     reading = ("Thm 22 predicts the sign of the early clustering rate: unequal heads start faster where "
                "phi is convex (right of the dashed lambda_c curve, or exactly in the hatched region for "
                "the spread shown). The colour measures the whole run. On equiangular tokens it agrees "
-               "with the closed-form time integral (dotted contour on the black one); how far the black "
-               "contour sits from the hatched region shows how much the early-time statement says about "
-               "the full clustering time, and the bottom row how far it carries to random tokens.")
+               "with the closed-form time integral (green dotted contour on the black one); how far the "
+               "black contour sits from the hatched region shows how much the early-time statement says "
+               "about the full clustering time, and the bottom row how far it carries to random tokens.")
 
     refine_axis = "beta"
 
@@ -123,6 +125,7 @@ class Superadditivity(Experiment):
         from matplotlib.colors import LogNorm
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
+        from matplotlib.ticker import FuncFormatter, NullFormatter
 
         from ..plotting import log_edges, log_ticks, plt
 
@@ -157,12 +160,14 @@ class Superadditivity(Experiment):
                 if log_ratio.min() < 0 < log_ratio.max():
                     ax.contour(lg, bg, log_ratio, levels=[0.0], colors="k", linewidths=1.6)
                 sign = theory.early_sign(linear_strengths(lf, spread, H), bf, n)
-                ax.contourf(lf, bf, sign, levels=[0.5, 2], colors="none", hatches=["////"])
+                with plt.rc_context({"hatch.color": "0.15"}):  # the theme's white hatch hid on pale cells
+                    ax.contourf(lf, bf, sign, levels=[0.5, 2], colors="none", hatches=["////"])
                 ax.contour(lf, bf, sign, levels=[0.0], colors="0.3", linewidths=0.6)
                 if init.startswith("equiangular"):
                     closed = sub.ratio_closed.transpose("beta", "lambda_bar").values
                     if np.nanmin(closed) < 1 < np.nanmax(closed):
-                        ax.contour(lg, bg, np.log(closed), levels=[0.0], colors="w", linewidths=1.4,
+                        # Its own colour: it lies on the measured contour where the two agree.
+                        ax.contour(lg, bg, np.log(closed), levels=[0.0], colors=CLOSED_COLOUR, linewidths=1.6,
                                    linestyles=":")
                 ax.plot(theory.lambda_c(b_fine, n), b_fine, "k--", lw=1.2)
                 ax.set_xlim(lam_edges[0], lam_edges[-1])
@@ -176,14 +181,22 @@ class Superadditivity(Experiment):
                 if j == 0:
                     ax.set_ylabel(r"inverse temperature $\beta$")
         cax = fig.add_axes([0.9, 0.3, 0.013, 0.45])
-        fig.colorbar(mesh, cax=cax, label=r"$T_{equal} / T_{unequal}$ (> 1: unequal heads faster)")
+        bar = fig.colorbar(mesh, cax=cax, label=r"$T_{equal} / T_{unequal}$ (> 1: unequal heads faster)")
+        # Plain numbers at 1, 2, 3, 5 per decade (not 4x10^0), and no crowded minor labels.
+        ticks = [m * 10.0**e for e in range(-3, 4) for m in (1, 2, 3, 5)
+                 if norm.vmin <= m * 10.0**e <= norm.vmax]
+        bar.set_ticks(ticks)
+        bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        bar.ax.yaxis.set_minor_formatter(NullFormatter())
         handles = [
             Line2D([], [], color="k", lw=1.6, label="measured ratio = 1"),
             Line2D([], [], color="k", ls="--", label=r"early-time boundary $\lambda_c(\beta)$"),
-            Patch(facecolor="none", edgecolor="k", hatch="///",
-                  label=r"early-rate prediction $\sum\phi(\lambda_h) > H\phi(\bar\lambda)$"),
-            Line2D([], [], color="0.4", ls=":",
-                   label="closed-form time ratio = 1 (equiangular ODE; white dots, top row)"),
+            Patch(facecolor="none", edgecolor="0.15", hatch="///",
+                  label=r"early-rate prediction $\sum\phi(\lambda_h) > H\phi(\bar\lambda)$"
+                        " (thin grey: its edge)"),
+            Line2D([], [], color=CLOSED_COLOUR, ls=":", lw=1.6,
+                   label="closed-form time ratio = 1 (equiangular ODE, top row;\n"
+                         "on the black line where they agree)"),
             Line2D([], [], marker="$c$", color="k", ls="",
                    label="some runs censored (not clustered by t_max)"),
         ]
