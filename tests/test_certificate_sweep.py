@@ -52,7 +52,8 @@ def test_a_figure_says_when_its_worst_certificate_is_above_the_bound():
 
     from attnflow.numerics import CERTIFICATE_BOUND
 
-    assert "uncertified" not in certificate_line(xr.Dataset(attrs={"certificate_error": CERTIFICATE_BOUND / 2}))
+    below = xr.Dataset(attrs={"certificate_error": CERTIFICATE_BOUND / 2})
+    assert "uncertified" not in certificate_line(below)
     for worst in (CERTIFICATE_BOUND * 5.9, float("nan")):
         line = certificate_line(xr.Dataset(attrs={"certificate_error": worst}))
         assert f"above {CERTIFICATE_BOUND:g}: uncertified" in line
