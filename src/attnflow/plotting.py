@@ -38,6 +38,19 @@ def log_ticks(ax, axis: str, values) -> None:
     ax.minorticks_off()
 
 
+def plain_log_axis(ax, axis: str, base: float = 10.0, subs=(1.0, 2.0, 5.0)) -> None:
+    """A log axis whose ticks can be read: at ``subs`` x ``base``^k (1, 2, 5 per decade; ``base=2,
+    subs=(1,)`` for counts), written plainly (2, not 2x10^0), no minor labels. Matplotlib's default
+    labels only the powers of ten, which leaves a short range with one label or none."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
+    target.set_major_locator(LogLocator(base=base, subs=subs))
+    target.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
 def log_edges(values) -> np.ndarray:
     """Cell edges for a heatmap over log-spaced ``values``: geometric midpoints, extended at the ends."""
     v = np.log(np.asarray(values, dtype=float))
