@@ -181,8 +181,9 @@ class Crossover(Experiment):
             ax.scatter(B[finite], G[finite], c=np.log2(measured[finite]), cmap="RdBu_r", norm=norm, s=70,
                        edgecolors="k", linewidths=0.8, zorder=3)
             if (~finite).any():
-                ax.scatter(B[~finite], G[~finite], s=70, facecolors="none", edgecolors="k", linewidths=0.8,
-                           zorder=3)
+                # A grey square, not an empty circle: the colour map's middle (ratio 1) is white too.
+                ax.scatter(B[~finite], G[~finite], s=60, marker="s", facecolors="0.55", edgecolors="k",
+                           linewidths=0.8, zorder=3)
             annotate = measured.size <= ANNOTATE_CELLS
             for (i, j), value in np.ndenumerate(measured if annotate else np.empty((0, 0))):
                 text = ("relu censored" if np.isinf(value) else "softmax censored" if value == 0
@@ -194,7 +195,8 @@ class Crossover(Experiment):
                 title = ("(a) equiangular start gamma0 = 1/sqrt(d): particles (markers) on the closed "
                          "form,\n"
                          f"worst relative gap {ds.attrs['max_rel_error']:.1e}"
-                         + (f" ({censored} cells short of the level at t_max: open)" if censored else ""))
+                         + (f" ({censored} cells short of the level at t_max: grey squares)"
+                            if censored else ""))
             else:
                 frozen = ds.frozen_fraction.sel(init=init).transpose("beta", "cluster_threshold").values
                 hit = frozen > 0
@@ -216,8 +218,8 @@ class Crossover(Experiment):
         axes[0].legend(handles=handles, fontsize=6, loc="lower left")
         if "uniform" in inits:
             axes[1].legend(handles=[
-                Line2D([], [], color="k", marker="o", mfc="none", ls="",
-                       label="open: median not reached by t_max (relu: half or more froze)"),
+                Line2D([], [], color="k", marker="s", mfc="0.55", ls="",
+                       label="grey square: median not reached by t_max (relu: half or more froze)"),
                 Line2D([], [], color="k", marker="x", ls="", label="some relu runs froze")],
                 fontsize=6, loc="lower left")
         fixed = self.describe_fixed(spec, ("heads", "H", "n", "d", "lambda_bar", "rtol"))
