@@ -11,6 +11,7 @@ from . import Axis, Experiment
 from ._common import wilson_interval
 
 TIME_POINTS = 256
+HALF_COLOUR = "cyan"  # the measured P = 1/2 contour: black vanished on magma's low end
 
 
 class ClusteringProbability(Experiment):
@@ -33,7 +34,7 @@ class ClusteringProbability(Experiment):
     }
     caption = ("Fraction of runs clustered (epsilon = 1 - min cosine <= threshold) by time t, over "
                "(t, beta), softmax with equal scalar heads from uniform random tokens, per number of "
-               "heads (top). Black: measured P = 1/2; white dashed: the equiangular ODE's time from "
+               "heads (top). Cyan: measured P = 1/2; white dashed: the equiangular ODE's time from "
                "gamma0 = 1/sqrt(d) to the same level (closed form; an equiangular configuration with "
                "gamma0 > 0 needs d >= n, hence d = n by default: at d < n the curve is the scalar ODE's "
                "time only, the idealisation has no tokens, and the figure says so). Bottom: P(t) at each "
@@ -110,7 +111,7 @@ class ClusteringProbability(Experiment):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
         from matplotlib.lines import Line2D
 
-        from ..plotting import log_edges, log_ticks, plt, sns
+        from ..plotting import log_edges, log_ticks, plain_log_axis, plt, sns
 
         ds = self.with_axes(summary, spec)
         Hs = ds.H.values
@@ -127,9 +128,9 @@ class ClusteringProbability(Experiment):
             mesh = ax.pcolormesh(t_edges, b_edges, prob, cmap="magma", vmin=0, vmax=1, shading="flat")
             tg, bg = np.meshgrid(t, b_vals)
             if np.nanmin(prob) < 0.5 < np.nanmax(prob):
-                ax.contour(tg, bg, prob, levels=[0.5], colors="k", linewidths=1.6)
+                ax.contour(tg, bg, prob, levels=[0.5], colors=HALF_COLOUR, linewidths=1.6)
             ax.plot(sub.t_closed.values, b_vals, "w--", lw=1.6, marker="o", ms=3)
-            ax.set_xscale("log")
+            plain_log_axis(ax, "x")
             ax.set_xlim(t_edges[0], t_edges[-1])
             ax.set_ylim(b_edges[0], b_edges[-1])
             log_ticks(ax, "y", b_vals)
@@ -140,21 +141,27 @@ class ClusteringProbability(Experiment):
             for b, colour in zip(b_vals, colours, strict=True):
                 row = sub.sel(beta=b)
                 ax.plot(t, row.probability, color=colour, label=rf"$\beta$ = {b:g}")
-                ax.fill_between(t, row.probability_low, row.probability_high, color=colour, alpha=0.2, lw=0)
+                # Only where 0 < P < 1: at 0 and 1 the eight betas' bands stacked into bars that read as data.
+                inside = ((row.probability > 0) & (row.probability < 1)).values
+                ax.fill_between(t, row.probability_low, row.probability_high, where=inside, color=colour,
+                                alpha=0.2, lw=0)
                 ax.axvline(float(row.t_closed), color=colour, ls="--", lw=0.9)
-            ax.set_xscale("log")
+            plain_log_axis(ax, "x")
             ax.set_ylim(-0.02, 1.02)
             ax.set_xlabel("time $t$")
-            ax.set_ylabel("fraction of runs clustered (95% Wilson band)")
+            ax.set_ylabel("fraction of runs clustered\n(95% Wilson band where 0 < P < 1)")
             ax.legend(fontsize=6, ncol=2)
         cax = fig.add_axes([0.9, 0.55, 0.013, 0.33])
         fig.colorbar(mesh, cax=cax, label="fraction clustered")
         exists = ds.attrs["d"] >= ds.attrs["n"]
         what = "" if exists else f" (scalar ODE only: no equiangular tokens at d = {ds.attrs['d']} < n)"
-        handles = [Line2D([], [], color="k", lw=1.6, label="measured P = 1/2"),
-                   Line2D([], [], color="0.5", ls="--", marker="o", ms=3,
+        handles = [Line2D([], [], color=HALF_COLOUR, lw=1.6, label="measured P = 1/2"),
+                   Line2D([], [], color="w", ls="--", marker="o", ms=3,
                           label=f"equiangular ODE from gamma0 = 1/sqrt(d) = {ds.attrs['gamma0']:.3f}{what}")]
-        axes[0, 0].legend(handles=handles, fontsize=6, loc="lower right")
+        # Under the figure, on a dark frame so the handles show the colours drawn on the map: inside
+        # the map it hid the ODE's points.
+        fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=2, bbox_to_anchor=(0.45, -0.04),
+                   facecolor="0.15", edgecolor="0.5", labelcolor="w", framealpha=1)
         fixed = self.describe_fixed(spec, ("attention", "heads", "lambda_bar", "n", "d", "init",
                                            "cluster_threshold"))
         fig.suptitle("Clustering probability over (t, beta): epsilon <= "
