@@ -151,13 +151,19 @@ class Orthogonality(Experiment):
                         fontsize=7, color="w" if monotone[j, i] < 0.6 else "k")
         ax.set_xticks(range(len(deltas)), [f"{v:g}" for v in deltas])
         ax.set_yticks(range(len(betas)), [f"{v:g}" for v in betas])
+        ax.grid(False)  # the theme's grid ran through the cells' numbers
         ax.set_xlabel(r"perturbation norm $\delta$ (cell field; Thm 39 bounds the overlap $\omega$)")
         ax.set_ylabel(r"inverse temperature $\beta$")
         ax.set_title("runs with every head monotone up to $T_\\varepsilon$ (colour, first number);\n"
                      r"runs meeting $\sum_i$margin$^h_i \geq \omega (2\beta n^2)^2 E_h (E - E_h)$ "
-                     "(second; hatched > 1/2)", fontsize=8)
+                     "(second; hatched > 1/2)", fontsize=8, pad=10)
         fig.colorbar(mesh, ax=ax, label="fraction of runs, every head monotone")
-        right.plot(deltas, ds.cross_norm.max(["beta", *extra]).values, "ko-")
+        right.plot(deltas, ds.cross_norm.max(["beta", *extra]).values, "ko-", label="measured")
+        if spec.fixed.get("lambda_dist", "equal") == "equal" and "lambda_bar" in spec.fixed:
+            lam, fine = float(spec.fixed["lambda_bar"]), np.linspace(0, float(np.max(deltas)), 100)
+            right.plot(fine, 2 * lam * fine + fine**2, "k--", lw=1,
+                       label=rf"bound $2\lambda\delta + \delta^2$, $\lambda = {lam:g}$")
+            right.legend(fontsize=7)
         right.set_xlabel(r"perturbation norm $\delta$")
         right.set_ylabel(r"measured overlap $\omega = \max\|M_{h'} M_h\|_{op}$")
         right.set_title("the overlap each delta produces (max over seeds)", fontsize=8)
