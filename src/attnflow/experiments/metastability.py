@@ -187,7 +187,7 @@ class Metastability(Experiment):
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
-        from ..plotting import log_edges, log_ticks, plt, sns
+        from ..plotting import log_edges, log_ticks, plain_log_axis, plt, sns
 
         ds = self.with_axes(summary, spec)
         combos = [(H, d) for H in ds.H.values for d in ds.d.values]
@@ -211,7 +211,8 @@ class Metastability(Experiment):
                 ax.axhline(b, color=colours[b], lw=0.8, ls=":")
             ax.set_xlabel("time $t$ (log)")
             ax.set_ylabel(r"inverse temperature $\beta$")
-            ax.set_title(f"H = {H}, d = {d}: median cluster count over (log t, beta)", fontsize=8)
+            ax.set_title(f"H = {H}, d = {d}: median cluster count over (log t, beta)\n(dotted: the betas "
+                         "of the staircase below)", fontsize=8)
 
             ax = axes[1, col]
             for b in shown:
@@ -221,7 +222,7 @@ class Metastability(Experiment):
                 for q in ("count_q1", "count_q3"):
                     ax.step(t, row[q].values[1:], where="post", color=colours[b], lw=0.8, ls="--")
             ax.set_xscale("log")
-            ax.set_yscale("log")
+            plain_log_axis(ax, "y", base=2, subs=(1.0,))  # counts: 1, 2, 4, 8, 16
             ax.set_xlabel("time $t$ (log)")
             ax.set_ylabel("clusters (median; dashed: quartiles)")
             ax.set_title(f"H = {H}, d = {d}: the staircase, {ds.sizes['seed']} seeds", fontsize=8)
@@ -239,18 +240,30 @@ class Metastability(Experiment):
             fit = {k: float(sub[f"fit_{k}"]) for k in ("rate", "rate_half", "power", "power_half")}
             verdict = str(sub.fit_verdict.values)
             if np.isfinite(fit["rate"]):
-                ok = np.isfinite(length) & ~cens
+                # The runs derive() fitted (its rule): the lines drawn are the fitted ones, solid over
+                # the fitted betas and faded beyond them.
+                fitted = sub.censored_fraction.values < MAX_CENSORED
+                ok = np.isfinite(length) & ~cens & fitted[:, None]
                 y = np.log(length[ok])
                 x = np.broadcast_to(betas[:, None], length.shape)[ok]
-                grid = np.geomspace(betas.min(), betas.max(), 50)
-                a = np.mean(y) - fit["rate"] * np.mean(x)
-                ax.plot(grid, np.exp(a + fit["rate"] * grid), "k-", lw=1,
-                        label=f"exp: rate {fit['rate']:.3g} ± {fit['rate_half']:.2g} per unit beta")
-                a = np.mean(y) - fit["power"] * np.mean(np.log(x))
-                ax.plot(grid, np.exp(a) * grid ** fit["power"], "k--", lw=1,
-                        label=f"power: beta^({fit['power']:.3g} ± {fit['power_half']:.2g})")
+                lo, hi = betas[fitted].min(), betas[fitted].max()
+                # log length = a + slope * u(beta): u = beta (exponential) or log beta (power law)
+                models = (
+                    ("k-", fit["rate"], np.asarray,
+                     f"exp: rate {fit['rate']:.3g} ± {fit['rate_half']:.2g} per unit beta"),
+                    ("k--", fit["power"], np.log,
+                     f"power: beta^({fit['power']:.3g} ± {fit['power_half']:.2g})"),
+                )
+                for style, slope, u, label in models:
+                    a = np.mean(y) - slope * np.mean(u(x))
+                    inside = np.geomspace(lo, hi, 50)
+                    ax.plot(inside, np.exp(a + slope * u(inside)), style, lw=1, label=label)
+                    for start, stop in ((betas.min(), lo), (hi, betas.max())):
+                        if stop > start:
+                            beyond = np.geomspace(start, stop, 20)
+                            ax.plot(beyond, np.exp(a + slope * u(beyond)), style, lw=1, alpha=0.3)
             t_max = float(spec.fixed["t_max"])
-            ax.axhline(t_max, color="0.5", lw=0.8, ls=":")
+            ax.axhline(t_max, color="0.5", lw=0.8, ls=":", label="t_max")
             floor = np.nanmin(length) if np.isfinite(length).any() else 1e-2
             ax.set_ylim(floor / 3, t_max * 10)
             ax.set_xscale("log")
@@ -258,8 +271,8 @@ class Metastability(Experiment):
             ax.set_yscale("log")
             ax.set_xlabel(r"inverse temperature $\beta$")
             ax.set_ylabel("longest plateau length (time)")
-            ax.set_title(f"H = {H}, d = {d}: {verdict}\n(fit over betas with < {MAX_CENSORED:.0%} of runs "
-                         "censored)", fontsize=8)
+            ax.set_title(f"H = {H}, d = {d}: {verdict}\n(fit: betas < {MAX_CENSORED:.0%} censored; "
+                         "faded: beyond; ±: 95%)", fontsize=8)
             ax.legend(fontsize=5.5)
         fig.colorbar(mesh, ax=list(axes[0]), label="median cluster count")
         fixed = self.describe_fixed(spec, ("attention", "heads", "n", "lambda_bar", "cluster_eps", "t_max"))
