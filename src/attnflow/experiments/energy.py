@@ -24,10 +24,11 @@ class EnergyExperiment(Experiment):
         "grid": {"geometry": ["sphere", "flat"], "heads": ["random", "block"]},
         "batch_over": ["geometry", "heads"],
     }
-    caption = ("Total energy E_multi (black) and per-head energies E_h against time (top), and the "
-               "smallest per-head rate over seeds (bottom), per head structure and geometry (Thm 11, "
-               "16-17). Titles give the largest relative residual of dE_multi/dt = (1/n) sum_i "
-               "||dx_i/dt||^2 and the fraction of samples where some head's energy falls.")
+    caption = ("Total energy E_multi (black) and per-head energies E_h, as changes since t = 0, against "
+               "time (top), and the smallest per-head rate over seeds (bottom), per head structure and "
+               "geometry (Thm 11, 16-17). Titles give the largest relative residual of dE_multi/dt = "
+               "(1/n) sum_i ||dx_i/dt||^2 and the fraction of (seed, time) samples where some head's "
+               "energy falls.")
     reading = ("Thm 11 says the black curve never falls and its rate equals the kinetic term: the "
                "residual in each title is round-off (~1e-15). Thm 16-17 say a head's own energy can "
                "fall on the sphere through the radial shadows of the other heads, even when the heads "
@@ -57,16 +58,21 @@ class EnergyExperiment(Experiment):
         for k, (heads, geometry) in enumerate(combos):
             sub = ds.sel(heads=heads, geometry=geometry)
             top, bottom = axes[0, k], axes[1, k]
-            top.plot(ds.time, sub.energy_total, color="k", lw=1.8, label=r"total $E_{multi}$")
+            # Changes since t = 0: the total (~1) and each head (~1/H of it) on one axis left the heads'
+            # curves flat; their changes are of one size.
+            total = sub.energy_total
+            top.plot(ds.time, total - total.isel(time=0), color="k", lw=1.8, label=r"total $E_{multi}$")
             for h, color in zip(ds["head"].values, colors, strict=True):
-                top.plot(ds.time, sub.energy_head.sel(head=h), color=color, label=f"head {h}: $E_{h}$")
+                head = sub.energy_head.sel(head=h)
+                top.plot(ds.time, head - head.isel(time=0), color=color, label=f"head {h}: $E_{h}$")
                 bottom.plot(ds.time, sub.energy_rate_min.sel(head=h), color=color, label=f"head {h}")
+            top.axhline(0.0, color="k", lw=0.8)
             bottom.axhline(0.0, color="k", lw=0.8)
             res, falling = float(sub.thm11_residual), float(sub.frac_head_falling)
             top.set_title(f"{heads} heads, {geometry}\nThm 11 residual {res:.1e}", fontsize=8)
-            bottom.set_title(f"samples with a head's energy falling: {falling:.0%}", fontsize=8)
+            bottom.set_title(f"a head's energy falling: {falling:.0%} of (seed, time)", fontsize=8)
             bottom.set_xlabel(r"time $t$")
-        axes[0, 0].set_ylabel("energy (mean over seeds)")
+        axes[0, 0].set_ylabel("energy change since t = 0\n(mean over seeds)")
         axes[1, 0].set_ylabel(r"min over seeds of $dE_h/dt$")
         axes[0, 0].legend(fontsize=6)
         axes[1, 0].legend(fontsize=6)
