@@ -49,7 +49,8 @@ class Variants(Experiment):
                "says by how much. Per-head monotonicity (Thm 19) is a small-beta property: read where "
                "the fraction leaves 1 along beta. With scalar heads under a causal mask, token 0 never "
                "moves, and for softmax, usa and sigmoid every token converges to it (result 9): the last "
-               "panel falls towards round-off there as the runs converge (slowest at small beta), while "
+               "panel falls towards round-off there as the runs converge (in the default grid usa and "
+               "sigmoid slowest at small beta, softmax at large beta), while "
                "unmasked the cluster forms away from token 0's start (distance O(1)). relu weights vanish "
                "between tokens with negative cosine, so relu runs freeze into several clusters, masked or "
                "not. Random heads carry no such fact. The median clustering time counts censored runs as "
@@ -118,18 +119,27 @@ class Variants(Experiment):
         fig, axes = plt.subplots(len(structures), len(panels), figsize=(4.2 * len(panels),
                                  0.42 * ds.sizes["attention"] * ds.sizes["mask"] * len(structures) + 1.6),
                                  squeeze=False)
+        # One colour scale per panel across the rows (the same quantity), stretched to the data where it
+        # leaves the nominal range (a residual of 10^2 must not read as 10^0).
+        scales = {}
+        for var, _, _, limits, logscale in panels:
+            data = np.asarray(ds[var].values, dtype=float)
+            data = np.log10(np.maximum(data, 1e-16)) if logscale else data
+            data = data[np.isfinite(data)]
+            low, high = limits if limits else ((data.min(), data.max()) if data.size else (0.0, 1.0))
+            scales[var] = (min(low, data.min()), max(high, data.max())) if data.size else (low, high)
         for r, heads in enumerate(structures):
             sub = ds.sel(heads=heads)
             rows = [(a, m) for a in sub.attention.values for m in sub.mask.values]
             labels = [f"{a}{' / ' + m if MASKS.get(m).causal else ''}{' *' if gradient_flow(a, m) else ''}"
                       for a, m in rows]
-            for c, (var, title, cmap, limits, logscale) in enumerate(panels):
+            for c, (var, title, cmap, _, logscale) in enumerate(panels):
                 values = np.array([[float(sub[var].sel(attention=a, mask=m, beta=b)) for b in sub.beta.values]
                                    for a, m in rows])
                 if logscale:
                     values = np.log10(np.maximum(values, 1e-16))
                 values[np.isinf(values)] = np.nan  # a median clustering time beyond t_max: blank
-                vmin, vmax = limits if limits else (np.nanmin(values), np.nanmax(values))
+                vmin, vmax = scales[var]
                 ax = axes[r, c]
                 # seaborn draws the whole figure after each heatmap (to check its tick labels):
                 # with the other panels hidden meanwhile, that costs one panel, not all drawn so far.
@@ -139,6 +149,8 @@ class Variants(Experiment):
                             fmt=".1f" if logscale or var == "t_cluster_median" else ".2f",
                             annot_kws={"fontsize": 6}, xticklabels=[f"{b:g}" for b in sub.beta.values],
                             yticklabels=labels if c == 0 else False, cbar=True, mask=~np.isfinite(values))
+                for i, j in zip(*np.nonzero(~np.isfinite(values)), strict=True):
+                    ax.text(j + 0.5, i + 0.5, "censored", ha="center", va="center", fontsize=5, color="0.4")
                 ax.set_xlabel(r"$\beta$")
                 ax.set_title(f"{title}\n{heads} heads", fontsize=8)
                 ax.tick_params(labelsize=7)
