@@ -121,6 +121,6 @@ def test_the_build_command_an_error_names_is_one_snakemake_runs(tmp_path):
 def test_open_summary_warns_when_the_config_changed_since(tiny_run, tmp_path):
     _, _, results = tiny_run
     edited = write_config(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"]})
-    with pytest.warns(UserWarning, match="built from another grid"):
+    with pytest.warns(UserWarning, match=r"built from another block of this experiment \(grid or"):
         summary = attnflow.open_summary("energy", configfile=edited, results=results)
     assert set(summary.geometry.values) == {"sphere", "flat"}  # what is on disk, with the warning

@@ -77,6 +77,39 @@ def test_bit_rot_reported_by_status_is_recomputed_by_the_next_run(reference, tmp
     assert planned(tmp_path, config) == {}
 
 
+def _rot_member(store, member) -> None:
+    """Flip one byte of ``member`` of a zip store, keeping the store's size and modification time."""
+    with zipfile.ZipFile(store) as zf:
+        info = zf.getinfo(member)
+    data = bytearray(store.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    start = info.header_offset + 30 + name_len + extra_len
+    st = store.stat()
+    data[start + info.file_size // 2] ^= 0x01
+    store.write_bytes(bytes(data))
+    os.utime(store, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_bit_rot_in_a_summary_is_found_by_status_and_rebuilt(reference, tmp_path, capsys):
+    shutil.copytree(reference, tmp_path / "results")
+    config = _config(tmp_path)
+    summary = tmp_path / "results" / "summaries" / "beta_star.zarr.zip"
+    member = next(m for m in sorted(record_of(summary)["members"]) if not m.endswith((".zarray", ".zattrs",
+                                                                                      ".zgroup", ".json")))
+    _rot_member(summary, member)
+    assert verify(summary, checksums=False).ok and verify(summary).status == "corrupt"
+    assert planned(tmp_path, config) == {}  # sizes and times cannot see it
+    assert attnflow_main(["status", "--deep", "--configfile", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "summary beta_star: corrupt (" in out and "does not match its checksum" in out
+    # Status said the next snakemake rebuilds it: the summary and figure only, no store.
+    assert planned(tmp_path, config) == {"aggregate": 1, "plot": 1, "all": 1}
+    before = snapshot(tmp_path / "results" / "simulations")
+    run(tmp_path, config)
+    assert snapshot(tmp_path / "results" / "simulations") == before
+    assert verify(summary).ok and planned(tmp_path, config) == {}
+
+
 def test_status_writes_no_ticket_while_a_controller_runs(reference, tmp_path, capsys):
     """What a running controller is writing would read as damage: status reports, and leaves the repair to
     a status run once that controller has ended."""

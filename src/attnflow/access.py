@@ -74,8 +74,8 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
 
     The store is verified against its completion record first (``CorruptStore``
     naming the variable or chunk that differs). ``load=False`` returns it lazily
-    (dask). A summary built from another grid than the config's warns: the
-    workflow rebuilds it at its next run.
+    (dask). A summary built from another experiment block (grid or fixed fields) than the config's
+    warns: the workflow rebuilds it at its next run.
     """
     sweep = load_sweep(configfile, results)
     _check_experiment(sweep, experiment, configfile)
@@ -87,8 +87,9 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
     ds = open_verified(path)
     built_from = ds.attrs.get("experiment_spec")
     if built_from is not None and built_from != sweep.specs[experiment].to_json():
-        warnings.warn(f"{path} was built from another grid than {configfile} holds now; "
-                      f"`{build_command(configfile, path)}` rebuilds it", stacklevel=2)
+        warnings.warn(f"{path} was built from another block of this experiment (grid or fixed fields) "
+                      f"than {configfile} holds now; `{build_command(configfile, path)}` rebuilds it",
+                      stacklevel=2)
     if load:
         with ds:
             ds = ds.load()

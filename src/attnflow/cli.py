@@ -98,9 +98,15 @@ def _status(args) -> int:
             print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
         for cid, detail in states["stale"].items():
             print(f"stale {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
-    from .workflow import outdated_summaries
+    from .workflow import issue_summary_tickets, outdated_summaries, results_holder
 
-    for name, why in outdated_summaries(sweep).items():
+    # With --deep every byte of the summaries too; bit rot there is invisible to the start-up check,
+    # so the tickets are written here (as for the stores), unless a controller is running.
+    if args.deep and not results_holder(sweep.results):
+        outdated = issue_summary_tickets(sweep, checksums=True)
+    else:
+        outdated = outdated_summaries(sweep, checksums=args.deep)
+    for name, why in outdated.items():
         print(f"summary {name}: {why} (the next `snakemake` rebuilds it and its figure)")
     for name, cells in uncertified(sweep, args.certificate_bound).items():
         for cid, value in cells.items():

@@ -21,7 +21,7 @@ from .config import validate
 from .errors import ConfigError
 from .experiments import Spec
 from .layout import Layout, results_of
-from .store import StoreState, record_of
+from .store import StoreState, record_of, verify
 from .sweep import Sweep, cell_id, config_digest, summary_versions, verify_batch
 
 MANIFEST_FORMAT = 2  # 1: attnflow 0.1, a store per cell (its manifests listed them under "stores")
@@ -299,27 +299,26 @@ def _write_ticket(directory: Path, record: dict) -> None:
         ticket.write_text(text)
 
 
-def outdated_summaries(sweep: Sweep) -> dict[str, str]:
+def outdated_summaries(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
     """Experiments whose summary must be rebuilt (with its figure) where Snakemake sees nothing to do.
 
-    Snakemake compares times, not versions, and does not rerun a job for an
-    intermediate file deleted under an output that stays. So: a summary built
-    under another numerics or reduction version (stale); a summary deleted
-    while its figure stays; the manifest of a batch that ran (its stores are
-    there) deleted while the summary stays. Returns experiment -> why; each gets
-    a ticket (``issue_summary_tickets``).
+    Snakemake compares times, not versions or bytes, and does not rerun a job
+    for an intermediate file deleted under an output that stays. So: a summary
+    damaged (its members against its completion record: sizes, or every byte
+    with ``checksums``, as ``attnflow status --deep`` reads them); built under
+    another numerics or reduction version (stale); deleted while its figure
+    stays; the manifest of a batch that ran (its stores are there) deleted while
+    the summary stays. Returns experiment -> why; each gets a ticket
+    (``issue_summary_tickets``).
     """
     found = {}
     for name in sweep.specs:
         summary = sweep.layout.summary(name)
         if summary.exists():
-            record = record_of(summary)
-            differ = [f"{key} {record.get(key)}, now {want}"
-                      for key, want in summary_versions(sweep.experiments.get(name)).items()
-                      if record.get(key) != want]
+            state = verify(summary, checksums=checksums, expect=summary_versions(sweep.experiments.get(name)))
             gone = [b for b in sweep.batches_of(name) if _manifest_deleted(sweep, b)]
-            if differ:
-                found[name] = "stale (built under " + "; ".join(differ) + ")"
+            if not state.ok:
+                found[name] = f"{state.status} ({state.detail})"
             elif gone:
                 found[name] = f"built from batch {gone[0]}, whose manifest is missing"
         elif any(p.exists() for p in sweep.layout.figures(name)):
@@ -337,11 +336,11 @@ def _manifest_deleted(sweep: Sweep, batch: str) -> bool:
     return bool(held) and all(cell_id(cell) in held for cell in sweep.batches[batch])
 
 
-def issue_summary_tickets(sweep: Sweep) -> dict[str, str]:
+def issue_summary_tickets(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
     """A ticket for every outdated summary (``outdated_summaries``), an input of its aggregate and plot
     jobs, newer than both: Snakemake rebuilds the summary and its figure (and first any batch whose
     manifest is missing). Shared by a dry run and the run after it, like repair tickets."""
-    found = outdated_summaries(sweep)
+    found = outdated_summaries(sweep, checksums)
     for name, why in found.items():
         # The times of the summary and figures: the same damage again, after a rebuild, gets a
         # new ticket (newer than what the rebuild wrote).
