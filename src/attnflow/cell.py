@@ -121,8 +121,6 @@ class Cell:
                 _fail(name, values[name], f"must be >= {minimum}")
         if values["max_steps"] > INT64_MAX:
             _fail("max_steps", values["max_steps"], "exceeds 2^63 - 1 (the engine counts steps in int64)")
-        if type(values["weights"]) is not str:
-            _fail("weights", values["weights"], "must be a string: a file path, 'minilm', or '' for none")
         for name in _POSITIVE:
             if values[name] <= 0:
                 _fail(name, values[name], "must be > 0")
@@ -130,6 +128,9 @@ class Cell:
         values["observables"] = _normalise_groups(values["observables"])
         values["head_subset"] = _normalise_subset(values["head_subset"])
         self._canonicalise()
+        # After canonicalising: a cell that reads no weights has the default here, whatever it was given.
+        if not isinstance(values["weights"], str):
+            _fail("weights", values["weights"], "must be a string: a file path, 'minilm', or '' for none")
 
         if self.delta < 0:
             _fail("delta", self.delta, "the perturbation norm must be >= 0")
