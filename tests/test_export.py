@@ -259,3 +259,20 @@ def test_variants_table_from_a_synthetic_summary():
     assert df.loc[("softmax", "causal"), "beta_heads_all"] == 4.0
     assert np.isnan(df.loc[("usa", "causal"), "beta_heads_all"])
     assert df.loc[("softmax", "none"), "frac_heads_monotone_min"] == 0.5
+
+
+def test_t_interval_of_lines_without_values_is_nan_and_silent():
+    # A grid line where no seed has a threshold on the grid: NaN, not a numpy warning in the export.
+    import warnings
+
+    from attnflow.experiments._common import t_interval
+
+    values = np.array([[np.nan, np.nan, np.nan], [1.0, np.nan, np.nan], [1.0, 2.0, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mean, half = t_interval(values)
+    assert np.isnan(mean[0]) and np.isnan(half[0]) and mean[1] == 1.0 and np.isnan(half[1])
+    # Two or more values: mean and the Student-t half-width t_{0.975, k-1} s / sqrt(k), from scipy.stats
+    from scipy import stats
+
+    assert mean[2] == 2.0 and half[2] == pytest.approx(stats.t.ppf(0.975, 2) * 1.0 / np.sqrt(3), rel=1e-12)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import xarray as xr
 
@@ -41,7 +43,10 @@ def t_interval(values: np.ndarray, axis: int = -1, level: float = 0.95):
 
     values = np.asarray(values, dtype=float)
     count = np.sum(np.isfinite(values), axis=axis)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    # No value (no seed with a threshold on the grid) or one is a NaN mean or half-width, by design:
+    # numpy's "Mean of empty slice" / "Degrees of freedom" warnings would only print into exports.
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(values, axis=axis) if values.size else np.nan
         sd = np.nanstd(values, axis=axis, ddof=1)
         half = stdtrit(np.maximum(count - 1, 1), 0.5 + level / 2) * sd / np.sqrt(count)
