@@ -90,7 +90,8 @@ def _rot_member(store, member) -> None:
     os.utime(store, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def test_bit_rot_in_a_summary_is_found_by_status_and_rebuilt(reference, tmp_path, capsys):
+@pytest.mark.parametrize("as_json", [False, True])
+def test_bit_rot_in_a_summary_is_found_by_status_and_rebuilt(reference, tmp_path, capsys, as_json):
     shutil.copytree(reference, tmp_path / "results")
     config = _config(tmp_path)
     summary = tmp_path / "results" / "summaries" / "beta_star.zarr.zip"
@@ -99,8 +100,10 @@ def test_bit_rot_in_a_summary_is_found_by_status_and_rebuilt(reference, tmp_path
     _rot_member(summary, member)
     assert verify(summary, checksums=False).ok and verify(summary).status == "corrupt"
     assert planned(tmp_path, config) == {}  # sizes and times cannot see it
-    assert attnflow_main(["status", "--deep", "--configfile", str(config)]) == 0
-    out = capsys.readouterr().out
+    json_flag = ["--json"] if as_json else []
+    assert attnflow_main(["status", "--deep", "--configfile", str(config), *json_flag]) == 0
+    captured = capsys.readouterr()
+    out = captured.err if as_json else captured.out  # --json: the cells on stdout, this on stderr
     assert "summary beta_star: corrupt (" in out and "does not match its checksum" in out
     # Status said the next snakemake rebuilds it: the summary and figure only, no store.
     assert planned(tmp_path, config) == {"aggregate": 1, "plot": 1, "all": 1}

@@ -146,3 +146,21 @@ def test_when_every_cell_failed_the_summary_error_says_why(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"beta_star: none of the 2 cells is stored: 2 failed, the "
                                                 r"first at \{'beta': 16\.0\}: step budget of 1 exhausted"):
         summarise(registry().get("beta_star"), None, entries, failures)
+
+
+def test_a_log_panel_whose_cells_all_failed_keeps_the_figure(tmp_path):
+    # Every cell behind a log-scaled panel failed (NaN): matplotlib cannot log-scale it and raised at
+    # drawing, which cost the whole figure (metastability, clustering_time, clustering_probability).
+    from attnflow.plotting import mark_empty_log_axes, plain_log_axis, plt
+
+    fig, (full, empty) = plt.subplots(1, 2)
+    for ax, y in ((full, [1.0, 2.0, 4.0]), (empty, [np.nan] * 3)):
+        ax.step([1.0, 10.0, 100.0], y, where="post")
+        ax.set_xscale("log")
+        plain_log_axis(ax, "y", base=2, subs=(1.0,))
+    mark_empty_log_axes(fig)
+    fig.tight_layout()
+    fig.savefig(tmp_path / "f.png")
+    assert full.get_yscale() == "log" and empty.get_yscale() == "linear"
+    assert any("no data" in t.get_text() for t in empty.texts) and not full.texts
+    plt.close(fig)

@@ -84,8 +84,23 @@ def _status(args) -> int:
                   "written; run status again once it ends", file=sys.stderr)
         else:
             issue_repairs(sweep, checksums=args.deep)
+    # The summaries too (every byte with --deep): bit rot there is invisible to the start-up check, so
+    # the rebuild tickets are written here, as for the stores, unless a controller runs.
+    from .workflow import issue_summary_tickets, outdated_summaries, results_holder
+
+    holder = results_holder(sweep.results) if args.deep else None
+    if args.deep and not holder:
+        outdated = issue_summary_tickets(sweep, checksums=True)
+    else:
+        outdated = outdated_summaries(sweep, checksums=args.deep)
+    if holder and outdated:
+        print(f"attnflow status: a controller ({holder}) runs on {sweep.results}: no summary ticket "
+              "written; run status again once it ends", file=sys.stderr)
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(json.dumps(report, indent=1))  # cells by experiment; the summaries' state goes to stderr
+        for name, why in outdated.items():
+            print(f"attnflow status: summary {name}: {why} (the next `snakemake` rebuilds it and its "
+                  "figure)", file=sys.stderr)
         return 0
     print(f"{'experiment':24} {'cells':>6}" + "".join(f" {s:>11}" for s in STATES))
     for name, states in report.items():
@@ -98,14 +113,6 @@ def _status(args) -> int:
             print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
         for cid, detail in states["stale"].items():
             print(f"stale {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
-    from .workflow import issue_summary_tickets, outdated_summaries, results_holder
-
-    # With --deep every byte of the summaries too; bit rot there is invisible to the start-up check,
-    # so the tickets are written here (as for the stores), unless a controller is running.
-    if args.deep and not results_holder(sweep.results):
-        outdated = issue_summary_tickets(sweep, checksums=True)
-    else:
-        outdated = outdated_summaries(sweep, checksums=args.deep)
     for name, why in outdated.items():
         print(f"summary {name}: {why} (the next `snakemake` rebuilds it and its figure)")
     for name, cells in uncertified(sweep, args.certificate_bound).items():

@@ -16,7 +16,7 @@ matplotlib.use("Agg")  # before pyplot: jobs run without a display
 import matplotlib.pyplot as plt  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from . import plotting  # noqa: E402, F401  (the figures' theme, set on import)
+from . import plotting  # noqa: E402  (the figures' theme, set on import)
 from .experiments import Spec, registry  # noqa: E402
 from .numerics import CERTIFICATE_BOUND  # noqa: E402
 from .sweep import describe_failures  # noqa: E402
@@ -62,6 +62,7 @@ def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()
     name = summary.attrs["experiment"]
     experiment = registry(experiment_modules).get(name)
     fig = experiment.plot(summary, Spec.of(summary))
+    plotting.mark_empty_log_axes(fig)  # plots that lay themselves out call it first
     # Lay the figure out once, at the PNG's resolution, and keep that layout: the footnotes go under
     # what it placed (a layout engine run later would move the axes onto them) and both files show it.
     fig.set_dpi(DPI)

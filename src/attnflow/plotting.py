@@ -60,4 +60,25 @@ def log_edges(values) -> np.ndarray:
     return np.exp(np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]]))
 
 
-__all__ = ["MAX_TICKS", "log_edges", "log_ticks", "plt", "sns"]
+
+
+def mark_empty_log_axes(fig) -> None:
+    """A log-scaled panel with no positive data (every cell behind it failed: NaN) cannot be drawn
+    (matplotlib: "Data cannot be log-scaled"), which would cost the whole figure: such an axis goes
+    linear and the panel says why. Colour bars keep their own scale. ``figures.render`` calls it; a
+    plot that lays itself out (``tight_layout``) calls it first."""
+    for ax in fig.axes:
+        if getattr(ax, "_colorbar", None) is not None:
+            continue
+        empty = False
+        for scale, minpos, linear in ((ax.get_xscale(), ax.dataLim.minposx, ax.set_xscale),
+                                      (ax.get_yscale(), ax.dataLim.minposy, ax.set_yscale)):
+            if scale == "log" and not np.isfinite(minpos):
+                linear("linear")
+                empty = True
+        if empty:
+            ax.text(0.5, 0.5, "no data: every cell behind this panel failed or is missing",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=7, color="0.3")
+
+
+__all__ = ["MAX_TICKS", "log_edges", "log_ticks", "mark_empty_log_axes", "plain_log_axis", "plt", "sns"]

@@ -7,7 +7,7 @@ import xarray as xr
 
 from . import __version__
 from .attention import ATTENTIONS
-from .cell import MAX_EXPONENT, MIN_RTOL, Cell
+from .cell import INT64_MAX, MAX_EXPONENT, MIN_RTOL, Cell
 from .engine import IntegrationError, solve
 from .heads import Form, head_matrices
 from .observables import variables
@@ -235,8 +235,9 @@ def _certificate(cell, result, x_init, given, values, times) -> dict:
     out = {"certificate_rtol": rtol, "certificate_atol": atol, "certificate_seeds": k,
            "certificate_rhs_calls": 0}
     try:
+        # Clamped to int64, the engine's step counter (Cell allows max_steps up to its maximum).
         tight = _integrate(cell, x_init[:k], sub, vals, times, rtol, atol,
-                           _CERTIFICATE_STEP_FACTOR * cell.max_steps)
+                           min(_CERTIFICATE_STEP_FACTOR * cell.max_steps, INT64_MAX))
     except IntegrationError as err:
         return {**out, "certificate_error": float("inf"),
                 "certificate_variable": f"tighter run failed: {err}"}

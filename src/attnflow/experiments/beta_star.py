@@ -209,8 +209,9 @@ class BetaStar(Experiment):
                 mean, half = sub[f"beta_{q}_mean"].values, sub[f"beta_{q}_ci"].values
                 above = sub[f"beta_{q}_above_grid"].values >= 0.5
                 below = sub[f"beta_{q}_below_grid"].values >= 0.5
-                # A diamond stands for most seeds: where most are off the grid, only the triangle.
-                on = ~(above | below)
+                # A diamond stands for most seeds: drawn where most have their threshold on the grid.
+                on_grid = 1.0 - sub[f"beta_{q}_above_grid"].values - sub[f"beta_{q}_below_grid"].values
+                on = on_grid > 0.5
                 ax.errorbar(n_vals[on], mean[on], yerr=np.nan_to_num(half[on]), fmt="D", color="w", mec="k",
                             ms=5, ecolor="w", capsize=2)
                 ax.plot(n_vals[above], np.full(above.sum(), b_edges[-1] * 0.93), "^", color="w", mec="k")

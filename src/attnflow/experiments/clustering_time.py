@@ -231,7 +231,7 @@ class ClusteringTime(Experiment):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
         from matplotlib.lines import Line2D
 
-        from ..plotting import log_ticks, plain_log_axis, plt, sns
+        from ..plotting import log_ticks, mark_empty_log_axes, plain_log_axis, plt, sns
 
         ds = self.with_axes(summary, spec)
         fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
@@ -341,6 +341,7 @@ class ClusteringTime(Experiment):
         fixed = self.describe_fixed(spec, ("heads", "H", "beta", "lambda_bar"))
         fig.suptitle(f"Clustering time, relu vs softmax (Thm 25); {fixed}; equiangular start gamma0 = "
                      "1/sqrt(d)", fontsize=10)
+        mark_empty_log_axes(fig)  # before the layout, which draws the axes
         fig.tight_layout(rect=(0, 0.03, 1, 0.97))
         return fig
 

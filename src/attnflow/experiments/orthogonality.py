@@ -73,7 +73,8 @@ class Orthogonality(Experiment):
                "fraction over the fraction of runs that satisfy the sufficient condition "
                "sum_i margin^h_i >= omega (2 beta n^2)^2 E_h (E - E_h) at every sample (Thm 39's form, "
                "from Thm 16-17); right, the measured overlap omega = max ||M_h' M_h||_op against delta "
-               "(the cell field: the operator norm of the perturbation added to block heads).")
+               "(the cell field: the operator norm of the perturbation added to block heads), dashed "
+               "the bound 2 lambda delta + delta^2 where every head has strength lambda.")
     reading = ("delta is the cell field (the perturbation's norm); the overlap it produces, omega = "
                "max ||M_h' M_h||_op (Thm 39's delta, at most 2 lambda delta + delta^2), is on the right. "
                "Thm 39 says per-head monotonicity survives an overlap small against the heads' own "
@@ -159,7 +160,8 @@ class Orthogonality(Experiment):
                      "(second; hatched > 1/2)", fontsize=8, pad=10)
         fig.colorbar(mesh, ax=ax, label="fraction of runs, every head monotone")
         right.plot(deltas, ds.cross_norm.max(["beta", *extra]).values, "ko-", label="measured")
-        if spec.fixed.get("lambda_dist", "equal") == "equal" and "lambda_bar" in spec.fixed:
+        # The bound for equal strengths lambda: only where every cell of the panel has them.
+        if spec.fixed.get("lambda_dist") == "equal" and "lambda_bar" in spec.fixed:
             lam, fine = float(spec.fixed["lambda_bar"]), np.linspace(0, float(np.max(deltas)), 100)
             right.plot(fine, 2 * lam * fine + fine**2, "k--", lw=1,
                        label=rf"bound $2\lambda\delta + \delta^2$, $\lambda = {lam:g}$")

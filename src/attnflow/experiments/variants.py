@@ -138,7 +138,9 @@ class Variants(Experiment):
                                    for a, m in rows])
                 if logscale:
                     values = np.log10(np.maximum(values, 1e-16))
-                values[np.isinf(values)] = np.nan  # a median clustering time beyond t_max: blank
+                # A median clustering time beyond t_max is +inf (a failed cell is NaN): blank, and said so.
+                censored = np.isinf(values) & (var == "t_cluster_median")
+                values[np.isinf(values)] = np.nan
                 vmin, vmax = scales[var]
                 ax = axes[r, c]
                 # seaborn draws the whole figure after each heatmap (to check its tick labels):
@@ -149,7 +151,7 @@ class Variants(Experiment):
                             fmt=".1f" if logscale or var == "t_cluster_median" else ".2f",
                             annot_kws={"fontsize": 6}, xticklabels=[f"{b:g}" for b in sub.beta.values],
                             yticklabels=labels if c == 0 else False, cbar=True, mask=~np.isfinite(values))
-                for i, j in zip(*np.nonzero(~np.isfinite(values)), strict=True):
+                for i, j in zip(*np.nonzero(censored), strict=True):
                     ax.text(j + 0.5, i + 0.5, "censored", ha="center", va="center", fontsize=5, color="0.4")
                 ax.set_xlabel(r"$\beta$")
                 ax.set_title(f"{title}\n{heads} heads", fontsize=8)
