@@ -160,8 +160,10 @@ class BetaStar(Experiment):
             columns.update({
                 f"beta_{prop}": (mean, f"measured threshold in beta ({what} fails above it): mean over seeds "
                                        "of the geometric midpoint of each seed's bracket"),
-                f"beta_{prop}_low": (mean - half, "95% Student-t interval over seeds, lower end"),
-                f"beta_{prop}_high": (mean + half, "95% Student-t interval over seeds, upper end"),
+                f"beta_{prop}_low": (mean - half, "95% Student-t interval of the mean over seeds, lower "
+                                                  "end (with few seeds it can reach below 0)"),
+                f"beta_{prop}_high": (mean + half, "95% Student-t interval of the mean over seeds, upper "
+                                                   "end"),
                 f"beta_{prop}_below_grid": (summary[f"beta_{prop}_below_grid"],
                                             "fraction of seeds failing at the smallest beta"),
                 f"beta_{prop}_above_grid": (summary[f"beta_{prop}_above_grid"],

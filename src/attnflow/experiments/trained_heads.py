@@ -122,8 +122,9 @@ class TrainedHeads(Experiment):
         columns = {
             "beta_mono": (mean, "measured threshold in beta above which some head's energy falls before "
                                 "clustering: mean over seeds of each seed's bracket midpoint"),
-            "beta_mono_low": (mean - half, "95% Student-t interval over seeds, lower end"),
-            "beta_mono_high": (mean + half, "95% Student-t interval over seeds, upper end"),
+            "beta_mono_low": (mean - half, "95% Student-t interval of the mean over seeds, lower end "
+                                          "(with few seeds it can reach below 0)"),
+            "beta_mono_high": (mean + half, "95% Student-t interval of the mean over seeds, upper end"),
             "beta_mono_below_grid": (summary.beta_mono_below_grid, "fraction of seeds failing at the "
                                                                    "smallest beta"),
             "beta_mono_above_grid": (summary.beta_mono_above_grid, "fraction of seeds never failing"),
