@@ -103,6 +103,10 @@ METASTABILITY_GRID = {"H": [1], "d": [2], "beta": [1.0, 2.0, 4.0]}
     ("crossover", {"grid": {**CROSSOVER_GRID, "cluster_threshold": [0.1, 0.5]}},
      r"^experiments\.crossover\.grid\.cluster_threshold: 0\.1 must lie in \(gamma0 = 1/sqrt\(d\), 1\) = "
      r"\(0\.125, 1\)$"),
+    # A grid axis the figure has no panel for (its plot and derive would crash on the extra dimension).
+    ("energy", {"grid": {"geometry": ["sphere"], "heads": ["random"], "max_steps": [1000, 2000]}},
+     r"^experiments\.energy\.grid\.max_steps = \[1000, 2000\]: the energy figure is drawn over heads, "
+     r"geometry, with no panel for max_steps"),
     # ... at each grid point's own d (d = 16: 0.25), which may be a grid axis.
     ("crossover", {"grid": {**CROSSOVER_GRID, "d": [64, 16], "cluster_threshold": [0.2, 0.5]}},
      r"^experiments\.crossover\.grid\.cluster_threshold: 0\.2 must lie in \(gamma0 = 1/sqrt\(d\), 1\) = "
@@ -199,3 +203,12 @@ def test_sweep_from_config_only_expands_what_validate_accepted():
     expanded = Sweep.from_config(config, registry())
     assert checked.batches == expanded.batches and checked.specs == expanded.specs
     assert checked.entries("beta_star") == expanded.entries("beta_star")
+
+
+
+def test_an_experiment_that_averages_other_axes_takes_them():
+    # orthogonality's figure averages over axes it is not drawn over, and its title says so.
+    from attnflow.config import validate
+
+    block = {"grid": {"delta": [0.0, 0.1], "beta": [0.5, 1.0], "t_max": [5.0, 10.0]}}
+    validate({"results": "out", "experiments": {"orthogonality": block}}, reach_scheduler=False)

@@ -372,7 +372,8 @@ def check_needs(experiment: Experiment, spec: Spec, points: list[Point]) -> None
     """What the experiment declares its figure needs, in order: no causal mask unless the figure is
     drawn over ``mask`` (the paper's closed forms are for unmasked attention), its ``pinned`` fields
     at their values, its ``fixed_only`` fields off the grid, enough values of each of its ``axes``
-    (and the values they require), and every value of a ``bounds`` field inside its range."""
+    (and the values they require), every value of a ``bounds`` field inside its range, and no grid
+    axis the figure is not drawn over (unless it ``averages_other_axes``)."""
     name = experiment.name
     if "mask" not in {axis.name for axis in experiment.axes} and spec.values("mask") != ["none"]:
         raise ConfigError(f"{where(spec, 'mask')} = {spec.values('mask')!r}: the {name} figure draws closed "
@@ -402,6 +403,12 @@ def check_needs(experiment: Experiment, spec: Spec, points: list[Point]) -> None
                 if bound.low_text or bound.high_text:
                     ends = f"{bound.describe()} = {ends}"
                 raise ConfigError(f"{where(spec, bound.key)}: {value!r} must lie in {ends}")
+    drawn = [axis.name for axis in experiment.axes]
+    for key in () if experiment.averages_other_axes else spec.grid:
+        if key not in drawn:
+            raise ConfigError(f"experiments.{name}.grid.{key} = {spec.grid[key]!r}: the {name} figure is "
+                              f"drawn over {', '.join(drawn)}, with no panel for {key}; fix it under fixed "
+                              "(one value), or run each value from its own config")
 
 
 __all__ = ["ConfigError", "check_block", "check_grid", "check_inputs", "check_needs", "check_results",

@@ -82,6 +82,8 @@ ADDING = [
     "functions of the grid point's `Cell` | a value lies outside it at some grid point |",
     "| `inputs` | field -> function of a value returning why it names no file, or None | "
     "a value names no file |",
+    "| `averages_other_axes` | whether the figure averages over grid axes outside `axes` (and says "
+    "so) | False: any grid axis outside `axes` is refused (the figure has no panel for it) |",
     "",
     "Every figure not drawn over `mask` is refused a causal mask (the closed forms are for",
     "unmasked attention). `attnflow.config` (`check_needs`, `check_inputs`) evaluates the",

@@ -156,6 +156,9 @@ class Experiment:
     fixed_only: ClassVar[dict[str, str]] = {}
     # Ranges every value of a cell field must lie in (beyond what Cell itself accepts).
     bounds: ClassVar[tuple[Bound, ...]] = ()
+    # Whether the figure averages over grid axes it is not drawn over (and says so); otherwise a grid
+    # axis outside ``axes`` is refused: the figure would have no panel for it.
+    averages_other_axes: ClassVar[bool] = False
     # Cell fields naming an input file: field -> a function of one value that says why it names
     # no readable file (one line, e.g. "weights = 'x': no such file"), or None when it does.
     inputs: ClassVar[dict[str, Callable[[object], str | None]]] = {}

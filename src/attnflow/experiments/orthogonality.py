@@ -57,6 +57,7 @@ class Orthogonality(Experiment):
             Axis("beta", min_values=1))
     observables = ("energy", "radial")
     pinned = {"attention": ("usa", "the sufficient condition bounds usa's cross terms by its row sums")}
+    averages_other_axes = True  # the title names the axes averaged over
     defaults = {
         # The sphere, where usa stays bounded (|s| <= ||M_h||): horizons long enough for the
         # tokens to cluster, unlike flat usa, which blows up at t ~ 0.03 as delta grows.
