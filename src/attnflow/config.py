@@ -394,6 +394,10 @@ def check_needs(experiment: Experiment, spec: Spec, points: list[Point]) -> None
             if value not in values:
                 raise ConfigError(f"{where(spec, axis.name)} = {values!r}: the {name} figure needs "
                                   f"{value!r} among them{why}")
+        for value in values if axis.allowed else ():
+            if value not in axis.allowed:
+                raise ConfigError(f"{where(spec, axis.name)} = {values!r}: the {name} figure draws only "
+                                  f"{', '.join(map(str, axis.allowed))}, not {value!r}{why}")
     for bound in experiment.bounds:
         for p in points:
             low, high = bound.ends(p.cell)

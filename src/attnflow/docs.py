@@ -73,8 +73,8 @@ ADDING = [
     "",
     "| attribute | declares | refused (one `ConfigError` line) when |",
     "|---|---|---|",
-    "| `axes` | `Axis(name, min_values, required, why)`: the fields the figure is drawn over | "
-    "a field has fewer values, or lacks a required one |",
+    "| `axes` | `Axis(name, min_values, required, why, allowed)`: the fields the figure is drawn over | "
+    "a field has fewer values, lacks a required one, or has one outside `allowed` |",
     "| `pinned` | field -> (value, why): the closed form's fixed values | "
     "the field is on the grid or has another value |",
     "| `fixed_only` | field -> why: any one value, never a grid axis | the field is on the grid |",

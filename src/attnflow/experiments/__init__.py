@@ -48,6 +48,7 @@ class Axis:
     min_values: int = 1  # the figure needs at least this many values
     required: tuple = ()  # values that must be among them
     why: str = ""
+    allowed: tuple = ()  # when given, the only values the figure (its closed forms) can draw
 
 
 @dataclasses.dataclass(frozen=True)

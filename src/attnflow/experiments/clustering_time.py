@@ -68,7 +68,8 @@ class ClusteringTime(Experiment):
     axes = (
         Axis("n", min_values=2, why="exponents in n"),
         Axis("d", min_values=2, why="the log d dependence"),
-        Axis("attention", required=("softmax", "relu"), why="relu against softmax"),
+        Axis("attention", required=("softmax", "relu"), allowed=("softmax", "relu"),
+             why="relu against softmax, the equiangular ODE's two types"),
         Axis("init", required=("equiangular_typical",), why="the theorem's equiangular start"),
         Axis("cluster_threshold"),
     )

@@ -29,7 +29,8 @@ class Crossover(Experiment):
     axes = (
         Axis("beta", min_values=2, why="a map over beta"),
         Axis("cluster_threshold", min_values=2, why="the levels gamma1 the mean cosine must reach"),
-        Axis("attention", required=("softmax", "relu"), why="the ratio T_relu / T_softmax"),
+        Axis("attention", required=("softmax", "relu"), allowed=("softmax", "relu"),
+             why="the ratio T_relu / T_softmax"),
         Axis("init", required=("equiangular_typical",), why="the exact equiangular start gamma0 = 1/sqrt(d)"),
     )
     observables = ("clusters",)
