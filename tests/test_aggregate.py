@@ -50,4 +50,7 @@ def test_missing_cells_are_nan_and_listed(tmp_path, tiny_run):
     assert out.attrs["missing_cells"] == [f"{tmp_path / 'nowhere.zarr.zip'}:{cid}"]
     missing = {k: v for k, v in entries[0][0].items()}
     assert np.isnan(out.time_rd.sel(missing).values).all()
+    # Per-run booleans too: a missing cell once read True (monotone), bool(NaN).
+    for var in ("mono_path", "mono_t0", "rd_t0"):
+        assert np.isnan(out[var].sel(missing).values).all(), var
     assert out.sizes["beta"] == len(sweep.specs["beta_star"].grid["beta"])

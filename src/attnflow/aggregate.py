@@ -131,6 +131,9 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
                     compat="override", combine_attrs="drop")
     certificate = _worst_certificate(out.certificate_error.values, out.store_cell.values)
     out = out.drop_vars(["certificate_error", "store_cell"])
+    # A grid point with no cell (failed, or off a grid of extra points) is NaN: a boolean variable
+    # would fill it with bool(NaN) = True and draw a missing cell as a fact.
+    out = out.assign({v: out[v].astype(float) for v in out.data_vars if out[v].dtype == bool})
     if len(axes) == 1:
         out = out.swap_dims({CELL: axes[0]})
     elif axes:

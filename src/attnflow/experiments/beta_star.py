@@ -111,6 +111,9 @@ class BetaStar(Experiment):
                "on the curve: they check the formula by bisection on the measured margin.")
 
     refine_axis = "beta"
+    # 2: its per-run booleans (mono_t0, mono_path, rd_t0) are summarised as 0/1 floats, so a grid
+    # point without a cell is NaN; it read True (monotone) off a grid of extra points.
+    reduction_version = 2
 
     def refine_field(self, summary):
         return summary.frac_mono_path, 0.5
