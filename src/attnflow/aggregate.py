@@ -141,6 +141,9 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     # Every grid value stays on its axis even when all of its cells are missing.
     grid = {a: list(dict.fromkeys(coords[a] for coords, _, _ in entries)) for a in axes}
     out = out.reindex(grid, fill_value=np.nan)
+    # Numeric axes ascending, whatever the config's order (refinement appends extra points at the end):
+    # the figures draw maps cell by cell from sorted edges. Categorical axes keep the config's order.
+    out = out.sortby([a for a in axes if np.issubdtype(out[a].dtype, np.number)])
     out = experiment.derive(experiment.with_axes(out, spec), spec)
     out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing,
                       "failed_cells": failed, **certificate})
