@@ -87,3 +87,16 @@ def test_the_rule_asks_for_the_model(tmp_path):
         assert f"runtime={resources.runtime_minutes(cells, 1)}" in block
     profile = (ROOT / "profiles" / "slurm" / "config.yaml").read_text()
     assert "retries: 2" in profile
+
+
+def test_the_step_estimate_never_exceeds_the_budget():
+    # usa's stiffness grows like e^(beta ||M||): uncapped, beta = 100 planned ~10^14 core-hours for
+    # cells whose trajectories stop at max_steps within seconds.
+    from attnflow import Cell
+    from attnflow.resources import cell_seconds, steps
+
+    stiff = Cell(attention="usa", heads="block", beta=100.0, H=2, d=4, n=4, lambda_bar=1.0, max_steps=5000)
+    assert steps(stiff) == 5000.0
+    assert cell_seconds(stiff) < 3600.0
+    mild = Cell(attention="softmax", heads="scalar", beta=1.0)
+    assert steps(mild) < mild.max_steps

@@ -114,9 +114,12 @@ def steps(cell: Cell) -> float:
     variation is front-loaded (clustering, then exponential convergence), so the
     count grows like log t_max, times the stiffness. Fitted above the steps
     measured over the default config's 435 cells (2 to 44,000 steps; at least 1.2x
-    each, 6x at the median).
+    each, 6x at the median), and capped by the step budget ``max_steps``.
     """
-    return 70.0 * (1e-6 / cell.rtol) ** 0.2 * (1.0 + np.log1p(cell.t_max)) * stiffness(cell)
+    model = 70.0 * (1e-6 / cell.rtol) ** 0.2 * (1.0 + np.log1p(cell.t_max)) * stiffness(cell)
+    # No trajectory takes more than its budget (accepted and rejected): e^s stiffness at usa's large
+    # beta would otherwise plan 10^14 core-hours for cells that fail in seconds.
+    return min(model, float(cell.max_steps))
 
 
 def cell_seconds(cell: Cell) -> float:
