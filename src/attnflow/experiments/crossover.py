@@ -83,6 +83,10 @@ class Crossover(Experiment):
             "clusters_end": last.where(ds.censored),
         })
 
+    # 2: equiangular_censored counts cells whose runs are there and did not both reach the level; a
+    # failed or missing cell (NaN time) was counted too.
+    reduction_version = 2
+
     def derive(self, summary: xr.Dataset, spec) -> xr.Dataset:
         out = summary
         n, d, H = int(spec.fixed["n"]), int(spec.fixed["d"]), int(spec.fixed["H"])
@@ -110,10 +114,15 @@ class Crossover(Experiment):
         # The agreement is over the cells where both particle runs reached the level by t_max.
         measured = out.ratio.sel(init="equiangular_typical").values
         reached = np.isfinite(measured) & (measured > 0)
+        # Censored: both runs there (times finite or +inf), not both reached; a failed or missing cell
+        # (NaN time) is no censoring.
+        equiangular = times.sel(init="equiangular_typical").transpose("attention", "beta",
+                                                                      "cluster_threshold")
+        ran = np.all(~np.isnan(equiangular.values), axis=0)
         gaps = np.abs(out.rel_error.values[reached])
         out.attrs.update({"gamma0": gamma0, "n": n, "d": d,
                           "max_rel_error": float(gaps.max()) if gaps.size else np.nan,
-                          "equiangular_censored": int((~reached).sum())})
+                          "equiangular_censored": int((ran & ~reached).sum())})
         return out
 
     def export_table(self, summary):
@@ -186,9 +195,13 @@ class Crossover(Experiment):
                 ax.scatter(B[~finite], G[~finite], s=60, marker="s", facecolors="0.55", edgecolors="k",
                            linewidths=0.8, zorder=3)
             annotate = measured.size <= ANNOTATE_CELLS
+            # A failed or missing cell has a NaN median time; both runs censored give inf / inf.
+            missing = np.isnan(ds.t_cluster.median("seed").sel(init=init)).any("attention").transpose(
+                "beta", "cluster_threshold").values
             for (i, j), value in np.ndenumerate(measured if annotate else np.empty((0, 0))):
-                text = ("relu censored" if np.isinf(value) else "softmax censored" if value == 0
-                        else "both censored" if np.isnan(value) else f"{value:.3g}")
+                text = ("no data" if missing[i, j] else "relu censored" if np.isinf(value)
+                        else "softmax censored" if value == 0 else "both censored" if np.isnan(value)
+                        else f"{value:.3g}")
                 ax.annotate(text, (B[i, j], G[i, j]),
                             textcoords="offset points", xytext=(0, 7), ha="center", fontsize=6)
             if init == "equiangular_typical":

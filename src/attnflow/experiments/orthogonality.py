@@ -149,8 +149,10 @@ class Orthogonality(Experiment):
                 if condition[j, i] > 0.5:  # the sufficient condition holds for most runs
                     ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, hatch="//",
                                                edgecolor="w", lw=0))
-                ax.text(i, j, f"{monotone[j, i]:.2f}\n{condition[j, i]:.2f}", ha="center", va="center",
-                        fontsize=7, color="w" if monotone[j, i] < 0.6 else "k")
+                text = ("no data" if np.isnan(monotone[j, i])  # failed or missing cells
+                        else f"{monotone[j, i]:.2f}\n{condition[j, i]:.2f}")
+                colour = "0.3" if np.isnan(monotone[j, i]) else "w" if monotone[j, i] < 0.6 else "k"
+                ax.text(i, j, text, ha="center", va="center", fontsize=7, color=colour)
         ax.set_xticks(range(len(deltas)), [f"{v:g}" for v in deltas])
         ax.set_yticks(range(len(betas)), [f"{v:g}" for v in betas])
         ax.grid(False)  # the theme's grid ran through the cells' numbers
