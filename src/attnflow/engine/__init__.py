@@ -148,10 +148,9 @@ def _head_arrays(x0, score_matrices, diagonal, factors, values):
     Each array has one row per trajectory, or a single row all trajectories share.
     """
     B, d = 1, x0.shape[2]  # the unused arrays: one empty row
-    given = [a for a in (score_matrices, diagonal, None if factors is None else factors[1]) if a is not None]
-    if len(given) != 1:
-        raise ValueError("give the score matrices in exactly one form: score_matrices, diagonal or factors")
-    H = given[0].shape[1]
+    # Exactly one form, of the batch's shapes: _check_batch said so before.
+    H = next(a for a in (score_matrices, diagonal, None if factors is None else factors[1])
+             if a is not None).shape[1]
     form = head_form(score_matrices, diagonal, factors, d)
     empty2, empty3 = np.empty((B, 0, 0)), np.empty((B, 0, 0, 0))
     if factors is not None and form != Form.FACTORED:  # rank too high to pay: dense products
