@@ -345,7 +345,7 @@ def check_inputs(experiment: Experiment, spec: Spec) -> None:
 def points_of(spec: Spec) -> list[Point]:
     """The grid points of a spec (``attnflow.sweep.point``); a cell ``Cell`` refuses is a
     ``ConfigError`` naming the experiment and the grid point, then Cell's own message (the field)."""
-    from .resources import oversized
+    from .resources import oversized, size_key
 
     points, sized = [], set()
     for coords in spec.coordinates():
@@ -357,11 +357,9 @@ def points_of(spec: Spec) -> list[Point]:
         except ValueError as err:
             raise ConfigError(f"experiments.{spec.name}{at}: {err}") from None
         cell = points[-1].cell
-        # what cell_bytes reads
-        shape = (cell.n_seeds, cell.n_samples, cell.n, cell.d, cell.H, cell.observables, cell.heads,
-                 cell.lambda_dist, cell.values, cell.weights, cell.layer, cell.head_subset)
-        if shape not in sized:  # a grid has few shapes: a sweep of 10^5 cells sizes a handful
-            sized.add(shape)
+        key = size_key(cell)
+        if key not in sized:
+            sized.add(key)
             too_large = oversized(cell)
             if too_large:
                 raise ConfigError(f"experiments.{spec.name}{at}: {too_large}")

@@ -76,6 +76,13 @@ def cell_bytes(cell: Cell) -> int:
     return int(recorded + matrices + buffers)
 
 
+def size_key(cell: Cell) -> tuple:
+    """The fields ``cell_bytes`` reads: cells that share them are the same size (a grid of 10^5 cells
+    has a handful of sizes, so validation sizes each once)."""
+    return (cell.n_seeds, cell.n_samples, cell.n, cell.d, cell.H, cell.observables, cell.heads,
+            cell.lambda_dist, cell.values, cell.weights, cell.layer, cell.head_subset, cell.model_heads)
+
+
 def oversized(cell: Cell) -> str | None:
     """Why a cell's arrays could not fit in any machine's memory (``MAX_CELL_BYTES``), or None: checked
     before anything is allocated, by config validation and by ``simulate()``."""
@@ -147,4 +154,4 @@ def runtime_minutes(cells: Iterable[Cell], attempt: int = 1) -> int:
 
 
 __all__ = ["MAX_CELL_BYTES", "cell_bytes", "cell_seconds", "memory_mb", "oversized", "recorded_bytes",
-           "runtime_minutes", "steps"]
+           "runtime_minutes", "size_key", "steps"]
