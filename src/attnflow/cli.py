@@ -71,30 +71,23 @@ def _status(args) -> int:
               "(a directory per cell), which this version does not read: their cells count as missing and "
               "the next `snakemake` computes them again; delete those directories to free their files",
               file=sys.stderr)
+    from .workflow import issue_repairs, issue_summary_tickets, outdated_summaries, results_holder
+
     report = sweep_status(sweep, deep=args.deep)
-    if any(states["corrupt"] for states in report.values()):
-        # What status finds, the workflow must act on: bit rot (same size and time) passes the
-        # start-up check, so the repair tickets are written here, from every byte. Not while a controller
-        # runs: what it is writing reads as damage, and it would rerun jobs for it.
-        from .workflow import issue_repairs, results_holder
-
-        holder = results_holder(sweep.results)
-        if holder:
-            print(f"attnflow status: a controller ({holder}) runs on {sweep.results}: no repair ticket "
-                  "written; run status again once it ends", file=sys.stderr)
-        else:
-            issue_repairs(sweep, checksums=args.deep)
-    # The summaries too (every byte with --deep): bit rot there is invisible to the start-up check, so
-    # the rebuild tickets are written here, as for the stores, unless a controller runs.
-    from .workflow import issue_summary_tickets, outdated_summaries, results_holder
-
-    holder = results_holder(sweep.results) if args.deep else None
+    corrupt = any(states["corrupt"] for states in report.values())
+    # What status finds, the workflow must act on: bit rot (same size and time) passes the start-up
+    # check, so the tickets are written here, from every byte: repairs for corrupt stores, rebuilds
+    # for summaries (read whole with --deep). Not while a controller runs: what it is writing reads as
+    # damage, and it would rerun jobs for it.
+    holder = results_holder(sweep.results) if corrupt or args.deep else None
+    if corrupt and not holder:
+        issue_repairs(sweep, checksums=args.deep)
     if args.deep and not holder:
         outdated = issue_summary_tickets(sweep, checksums=True)
     else:
         outdated = outdated_summaries(sweep, checksums=args.deep)
-    if holder and outdated:
-        print(f"attnflow status: a controller ({holder}) runs on {sweep.results}: no summary ticket "
+    if holder and (corrupt or outdated):
+        print(f"attnflow status: a controller ({holder}) runs on {sweep.results}: no repair ticket "
               "written; run status again once it ends", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=1))  # cells by experiment; the summaries' state goes to stderr
