@@ -42,13 +42,21 @@ def plain_log_axis(ax, axis: str, base: float = 10.0, subs=(1.0, 2.0, 5.0)) -> N
     """A log axis whose ticks can be read: at ``subs`` x ``base``^k (1, 2, 5 per decade; ``base=2,
     subs=(1,)`` for counts), written plainly (2, not 2x10^0), no minor labels. Matplotlib's default
     labels only the powers of ten, which leaves a short range with one label or none."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import LogLocator
 
     target = ax.xaxis if axis == "x" else ax.yaxis
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
     target.set_major_locator(LogLocator(base=base, subs=subs))
-    target.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    target.set_minor_formatter(NullFormatter())
+    plain_labels(target)
+
+
+def plain_labels(axis) -> None:
+    """Major ticks of ``axis`` (an ``XAxis``/``YAxis``, a colour bar's included) written plainly (2, not
+    2x10^0), minor ones unlabelled."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def log_edges(values) -> np.ndarray:
@@ -58,8 +66,6 @@ def log_edges(values) -> np.ndarray:
         return np.exp(np.array([v[0] - 0.5, v[0] + 0.5]))
     mid = 0.5 * (v[1:] + v[:-1])
     return np.exp(np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]]))
-
-
 
 
 def mark_empty_log_axes(fig) -> None:
@@ -81,4 +87,5 @@ def mark_empty_log_axes(fig) -> None:
                     transform=ax.transAxes, ha="center", va="center", fontsize=7, color="0.3")
 
 
-__all__ = ["MAX_TICKS", "log_edges", "log_ticks", "mark_empty_log_axes", "plain_log_axis", "plt", "sns"]
+__all__ = ["MAX_TICKS", "log_edges", "log_ticks", "mark_empty_log_axes", "plain_labels", "plain_log_axis",
+           "plt", "sns"]

@@ -125,9 +125,8 @@ class Superadditivity(Experiment):
         from matplotlib.colors import LogNorm
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
-        from matplotlib.ticker import FuncFormatter, NullFormatter
 
-        from ..plotting import log_edges, log_ticks, plt
+        from ..plotting import log_edges, log_ticks, plain_labels, plt
 
         ds = self.with_axes(summary, spec)
         inits, spreads = list(ds.init.values), list(ds.spread.values)
@@ -186,8 +185,7 @@ class Superadditivity(Experiment):
         ticks = [m * 10.0**e for e in range(-3, 4) for m in (1, 2, 3, 5)
                  if norm.vmin <= m * 10.0**e <= norm.vmax]
         bar.set_ticks(ticks)
-        bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-        bar.ax.yaxis.set_minor_formatter(NullFormatter())
+        plain_labels(bar.ax.yaxis)
         handles = [
             Line2D([], [], color="k", lw=1.6, label="measured ratio = 1"),
             Line2D([], [], color="k", ls="--", label=r"early-time boundary $\lambda_c(\beta)$"),
