@@ -121,23 +121,25 @@ class Variants(Experiment):
                                  squeeze=False)
         # One colour scale per panel across the rows (the same quantity), stretched to the data where it
         # leaves the nominal range (a residual of 10^2 must not read as 10^0).
+        shown = {var: np.log10(np.maximum(ds[var], 1e-16)) if logscale else ds[var]
+                 for var, _, _, _, logscale in panels}
         scales = {}
-        for var, _, _, limits, logscale in panels:
-            data = np.asarray(ds[var].values, dtype=float)
-            data = np.log10(np.maximum(data, 1e-16)) if logscale else data
+        for var, _, _, limits, _ in panels:
+            data = np.asarray(shown[var].values, dtype=float)
             data = data[np.isfinite(data)]
-            low, high = limits if limits else ((data.min(), data.max()) if data.size else (0.0, 1.0))
-            scales[var] = (min(low, data.min()), max(high, data.max())) if data.size else (low, high)
+            low, high = limits or (np.inf, -np.inf)
+            if data.size:
+                low, high = min(low, data.min()), max(high, data.max())
+            scales[var] = (low, high) if low <= high else (0.0, 1.0)  # no limits and no data
         for r, heads in enumerate(structures):
             sub = ds.sel(heads=heads)
             rows = [(a, m) for a in sub.attention.values for m in sub.mask.values]
             labels = [f"{a}{' / ' + m if MASKS.get(m).causal else ''}{' *' if gradient_flow(a, m) else ''}"
                       for a, m in rows]
             for c, (var, title, cmap, _, logscale) in enumerate(panels):
-                values = np.array([[float(sub[var].sel(attention=a, mask=m, beta=b)) for b in sub.beta.values]
+                panel = shown[var].sel(heads=heads)
+                values = np.array([[float(panel.sel(attention=a, mask=m, beta=b)) for b in sub.beta.values]
                                    for a, m in rows])
-                if logscale:
-                    values = np.log10(np.maximum(values, 1e-16))
                 # A median clustering time beyond t_max is +inf (a failed cell is NaN): blank, and said so.
                 censored = np.isinf(values) & (var == "t_cluster_median")
                 values[np.isinf(values)] = np.nan
