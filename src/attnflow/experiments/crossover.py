@@ -83,8 +83,8 @@ class Crossover(Experiment):
             "clusters_end": last.where(ds.censored),
         })
 
-    # 2: equiangular_censored counts cells whose runs are there and did not both reach the level; a
-    # failed or missing cell (NaN time) was counted too.
+    # 2: ``ran`` (both types' runs there) in the summary; equiangular_censored counts only those cells
+    # that did not both reach the level (a failed or missing cell was counted too).
     reduction_version = 2
 
     def derive(self, summary: xr.Dataset, spec) -> xr.Dataset:
@@ -99,6 +99,9 @@ class Crossover(Experiment):
         times = out.t_cluster.median("seed")
         ratio = times.sel(attention="relu") / times.sel(attention="softmax")
         out["ratio"] = ratio.transpose("init", "beta", "cluster_threshold")
+        # Both types' runs are there (times finite, or +inf when censored); a failed or missing cell's
+        # median time is NaN: no ratio and no censoring.
+        out["ran"] = times.notnull().all("attention").transpose("init", "beta", "cluster_threshold")
         out["rel_error"] = out.ratio.sel(init="equiangular_typical") / out.ratio_closed - 1.0
         out["frozen_fraction"] = out.frozen.sel(attention="relu").mean("seed").transpose(
             "init", "beta", "cluster_threshold")
@@ -114,11 +117,7 @@ class Crossover(Experiment):
         # The agreement is over the cells where both particle runs reached the level by t_max.
         measured = out.ratio.sel(init="equiangular_typical").values
         reached = np.isfinite(measured) & (measured > 0)
-        # Censored: both runs there (times finite or +inf), not both reached; a failed or missing cell
-        # (NaN time) is no censoring.
-        equiangular = times.sel(init="equiangular_typical").transpose("attention", "beta",
-                                                                      "cluster_threshold")
-        ran = np.all(~np.isnan(equiangular.values), axis=0)
+        ran = out.ran.sel(init="equiangular_typical").values
         gaps = np.abs(out.rel_error.values[reached])
         out.attrs.update({"gamma0": gamma0, "n": n, "d": d,
                           "max_rel_error": float(gaps.max()) if gaps.size else np.nan,
@@ -195,9 +194,7 @@ class Crossover(Experiment):
                 ax.scatter(B[~finite], G[~finite], s=60, marker="s", facecolors="0.55", edgecolors="k",
                            linewidths=0.8, zorder=3)
             annotate = measured.size <= ANNOTATE_CELLS
-            # A failed or missing cell has a NaN median time; both runs censored give inf / inf.
-            missing = np.isnan(ds.t_cluster.median("seed").sel(init=init)).any("attention").transpose(
-                "beta", "cluster_threshold").values
+            missing = ~ds.ran.sel(init=init).transpose("beta", "cluster_threshold").values
             for (i, j), value in np.ndenumerate(measured if annotate else np.empty((0, 0))):
                 text = ("no data" if missing[i, j] else "relu censored" if np.isinf(value)
                         else "softmax censored" if value == 0 else "both censored" if np.isnan(value)
