@@ -55,8 +55,8 @@ def growth_fit(beta: np.ndarray, length: np.ndarray, level: float = 0.95) -> dic
     x, y = np.asarray(beta, float)[ok], np.log(np.asarray(length, float)[ok])
     out = {"runs": int(ok.sum())}
     if np.unique(x).size < 3:
-        return {**out, "rate": np.nan, "rate_half": np.nan, "power": np.nan, "power_half": np.nan,
-                "verdict": "too few betas to fit"}
+        return {**out, "rate": np.nan, "rate_half": np.nan, "rate_intercept": np.nan, "power": np.nan,
+                "power_half": np.nan, "power_intercept": np.nan, "verdict": "too few betas to fit"}
     groups = np.unique(x)
     counts = np.array([np.sum(x == g) for g in groups])
     means = np.array([y[x == g].mean() for g in groups])
@@ -122,6 +122,9 @@ class Metastability(Experiment):
         "init": ("uniform", "metastable states form from uniform random tokens"),
         "stop_at_cluster": (False, "the plateaus are read from the cluster count up to t_max"),
     }
+    # 2: the fits' intercepts and the betas fitted (``fitted``) are in the summary, so the figure draws
+    # derive()'s fits instead of refitting their intercepts.
+    reduction_version = 2
     fixed_only = {key: "every cell shares one sample grid, the map's time axis"
                   for key in ("t_max", "n_samples")}
 
@@ -147,15 +150,16 @@ class Metastability(Experiment):
         out["count_q3"] = out.cluster_count.quantile(0.75, "seed").drop_vars("quantile")
         out["plateau_median"] = out.plateau.median("seed")
         out["censored_fraction"] = out.plateau_censored.where(out.plateau.notnull()).mean("seed")
-        keys = ("rate", "rate_half", "power", "power_half")
+        # Uncensored runs, at the betas where most runs are uncensored (elsewhere the runs that merged
+        # before t_max are the short tail, and would bias the fit down); the figure draws the fits there.
+        out["fitted"] = out.censored_fraction < MAX_CENSORED
+        keys = ("rate", "rate_half", "rate_intercept", "power", "power_half", "power_intercept")
         fits = {k: np.full((out.sizes["H"], out.sizes["d"]), np.nan) for k in keys}
         verdicts = np.empty((out.sizes["H"], out.sizes["d"]), dtype=object)
         for i, H in enumerate(out.H.values):
             for j, d in enumerate(out.d.values):
                 sub = out.sel(H=H, d=d)
-                # Uncensored runs, at the betas where most runs are uncensored (elsewhere the runs that
-                # merged before t_max are the short tail, and would bias the fit down).
-                keep = (sub.censored_fraction < MAX_CENSORED) & (sub.plateau_censored == 0)
+                keep = sub.fitted & (sub.plateau_censored == 0)
                 length = sub.plateau.where(keep).transpose("beta", "seed").values
                 beta = np.broadcast_to(sub.beta.values.astype(float)[:, None], length.shape)
                 fit = growth_fit(beta.ravel(), length.ravel())
@@ -237,25 +241,22 @@ class Metastability(Experiment):
             ax.scatter(bb[cens], length[cens], s=14, facecolors="none", edgecolors="C3",
                        label="censored at t_max (lower bound)")
             ax.plot(betas, sub.plateau_median.values, "k_", ms=14, mew=2, label="median")
-            fit = {k: float(sub[f"fit_{k}"]) for k in ("rate", "rate_half", "power", "power_half")}
+            fit = {k: float(sub[f"fit_{k}"]) for k in ("rate", "rate_half", "rate_intercept", "power",
+                                                       "power_half", "power_intercept")}
             verdict = str(sub.fit_verdict.values)
             if np.isfinite(fit["rate"]):
-                # The runs derive() fitted (its rule): the lines drawn are the fitted ones, solid over
-                # the fitted betas and faded beyond them.
-                fitted = sub.censored_fraction.values < MAX_CENSORED
-                ok = np.isfinite(length) & ~cens & fitted[:, None]
-                y = np.log(length[ok])
-                x = np.broadcast_to(betas[:, None], length.shape)[ok]
+                # derive()'s fits, solid over the betas it fitted and faded beyond them:
+                # log length = intercept + slope * u(beta), u = beta (exponential) or log beta (power law)
+                fitted = sub.fitted.values.astype(bool)
                 lo, hi = betas[fitted].min(), betas[fitted].max()
-                # log length = a + slope * u(beta): u = beta (exponential) or log beta (power law)
                 models = (
-                    ("k-", fit["rate"], np.asarray,
+                    ("k-", "rate", np.asarray,
                      f"exp: rate {fit['rate']:.3g} ± {fit['rate_half']:.2g} per unit beta"),
-                    ("k--", fit["power"], np.log,
+                    ("k--", "power", np.log,
                      f"power: beta^({fit['power']:.3g} ± {fit['power_half']:.2g})"),
                 )
-                for style, slope, u, label in models:
-                    a = np.mean(y) - slope * np.mean(u(x))
+                for style, key, u, label in models:
+                    a, slope = fit[f"{key}_intercept"], fit[key]
                     inside = np.geomspace(lo, hi, 50)
                     ax.plot(inside, np.exp(a + slope * u(inside)), style, lw=1, label=label)
                     for start, stop in ((betas.min(), lo), (hi, betas.max())):
