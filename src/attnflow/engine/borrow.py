@@ -9,6 +9,14 @@ works on borrowed views: the same data and shape with no owner, which numba's
 reference counting skips (a null check, no atomic). Measured at n = d = 8: the
 loop's observables cost 25-35% more with counted records (issue 15).
 
+Each compiled function of the loop that is not inlined borrows its array
+arguments again on entry, although its callers pass borrowed views: compiled on
+its own, a function cannot know that, and calls numba's reference counting
+(a function call, then the null check) for every view it takes. Borrowed in the
+function itself, the owner is a constant null and the compiler drops those
+calls. Measured at n = d = 8, 64 trajectories, every observable: ``solve`` took
+22.2 ms before, 14.8 ms after, with bit-identical results.
+
 A borrowed view must not outlive its owner: borrow only arrays whose owner is
 bound for longer (an argument of the caller, or a variable used again after the
 borrowed views, see ``keep``).

@@ -57,6 +57,7 @@ Buffers = namedtuple("Buffers", "stages stage y_new err xs xs_dot weights")
 @numba.njit(cache=True)
 def _accumulate(row, base, stages, h, coeffs):
     """``row = base + sum_j (h coeffs[j]) stages[j]``, stage by stage (vectorising axpys)."""
+    row, base, stages, coeffs = borrow((row, base, stages, coeffs))
     n, d = row.shape
     for i in range(n):
         for k in range(d):
@@ -73,6 +74,7 @@ def _accumulate(row, base, stages, h, coeffs):
 @numba.njit(cache=True)
 def _retract(x):
     """Scale every row (token) to unit norm; return the largest ``| ||x_i|| - 1 |`` removed."""
+    x = borrow(x)
     worst = 0.0
     n, d = x.shape
     for i in range(n):
@@ -90,6 +92,7 @@ def _retract(x):
 @numba.njit(cache=True)
 def _dense(out, y, stages, h, sigma, poly, weights, spherical):
     """The dense output at ``t + sigma h`` (retracted on the sphere)."""
+    out, y, stages, poly, weights = borrow((out, y, stages, poly, weights))
     n_stages, degree = poly.shape
     for j in range(n_stages):
         acc, power = 0.0, 1.0
@@ -104,6 +107,7 @@ def _dense(out, y, stages, h, sigma, poly, weights, spherical):
 
 @numba.njit(cache=True)
 def _rms_scaled(a, y, rtol, atol):
+    a, y = borrow((a, y))
     total = 0.0
     n, d = a.shape
     for i in range(n):
@@ -246,6 +250,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     The arguments are borrowed views (``solve_batch``); so are the buffers, owned by ``owned``
     until the end (``engine.borrow``).
     """
+    x0, hd, t_eval, method, sampling, out, stats = borrow((x0, hd, t_eval, method, sampling, out, stats))
     n, d = x0.shape
     n_stages = method.a.shape[0]
     owned = (workspace(n, d, hd.H, hd.eig.shape[1], sampling.keep_scores, not hd.shared), scratch(n, d, hd.H),
@@ -345,6 +350,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
 @numba.njit(cache=True)
 def _locate(y, stages, h, t, lo, hi, poly, weights, spherical, criterion, xs, ws, sc):
     """First time in ``(t + lo h, t + hi h]`` where the criterion holds, by bisection on the dense output."""
+    y, stages, poly, weights, xs, ws, sc = borrow((y, stages, poly, weights, xs, ws, sc))
     for _ in range(_BISECTIONS):
         if (hi - lo) * h <= 4.0 * _EPS * max(abs(t), 1.0):
             break

@@ -21,6 +21,8 @@ import math
 import numba
 import numpy as np
 
+from .borrow import borrow
+
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # high bits of ln 2: k * _LN2_HI is exact for |k| < 2^11
 _LN2_LO = 1.90821492927058770002e-10
@@ -36,6 +38,7 @@ _HIGHEST = 710.0
 @numba.njit(cache=True, fastmath={"contract"})
 def exp_inplace(a, bits):
     """``a[:] = exp(a)`` for a 1-d float64 array; ``bits`` is int64 scratch of the same size."""
+    a, bits = borrow((a, bits))
     for j in range(a.size):
         x = min(max(a[j], _LOWEST), _HIGHEST)
         k = np.floor(x * _LOG2E + 0.5)

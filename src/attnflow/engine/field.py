@@ -16,6 +16,7 @@ import numpy as np
 
 from ..attention import Weights
 from ..heads import Form
+from .borrow import borrow
 from .expo import exp_inplace
 
 # The score and value matrices of one trajectory's heads as the compiled code applies them (or of a
@@ -242,6 +243,7 @@ def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
     s^h_ij in ``ws.sraw``; ``need_rows`` makes sure ``ws.y`` holds the rows
     ``M_h x_j`` also in the factored form (both for the observable groups).
     """
+    x, out, hd, ws = borrow((x, out, hd, ws))
     n, d = x.shape
     H = ws.f.shape[0]
     transpose_into(x, ws.xt)

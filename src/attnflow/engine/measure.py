@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from ..attention import Energy, Entropy, Weights
+from .borrow import borrow
 from .expo import exp_inplace
 from .field import copy_into, lane_sum, transpose_into
 
@@ -64,6 +65,7 @@ def scratch(n, d, H):
 @numba.njit(cache=True)
 def gamma_mean(x):
     """Mean of ``<x_i, x_j>`` over pairs ``i < j``, as ``(|sum x|^2 - sum |x_i|^2) / (n (n-1))``."""
+    x = borrow(x)
     n, d = x.shape
     total_sq, self_sq = 0.0, 0.0
     for k in range(d):
@@ -78,6 +80,7 @@ def gamma_mean(x):
 @numba.njit(cache=True)
 def gram_min(x, xt, gram):
     """``gram = X X^T``; returns the smallest off-diagonal entry."""
+    x, xt, gram = borrow((x, xt, gram))
     np.dot(x, xt, gram)
     n = x.shape[0]
     low = np.inf
@@ -95,6 +98,7 @@ def criterion_value(x, xt, gram, metric, threshold):
     mean): while it is above ``threshold`` the criterion cannot hold and the
     O(n^2 d) Gram matrix is skipped.
     """
+    x, xt, gram = borrow((x, xt, gram))
     mean = gamma_mean(x)
     if metric == Metric.EPSILON:
         if 1.0 - mean > threshold:
@@ -116,6 +120,7 @@ def count_clusters(gram, level, seen, stack):
     n = 128 once the tokens clustered and every pair was an edge (measured).
     ``seen`` and ``stack``: (n,) int64 scratch.
     """
+    gram, seen, stack = borrow((gram, seen, stack))
     n = gram.shape[0]
     for i in range(n):
         seen[i] = 0
@@ -146,6 +151,7 @@ def count_clusters(gram, level, seen, stack):
 @numba.njit(cache=True)
 def _add_transpose(c):
     """``c <- c + c^T`` in place, by tiles (a plain column walk misses the cache at large n)."""
+    c = borrow(c)
     n = c.shape[0]
     tile = 16
     for i0 in range(0, n, tile):
@@ -360,6 +366,7 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
     the positions, and their rates exact derivatives along any flow.
     Returns the largest ``| ||x_i|| - 1 |``.
     """
+    x, xdot, sampling, ws, sc, out = borrow((x, xdot, sampling, ws, sc, out))
     n, d = x.shape
     H = ws.f.shape[0]
     want = sampling.want
