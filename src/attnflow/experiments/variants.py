@@ -116,8 +116,10 @@ class Variants(Experiment):
             ("distance_from_token0", r"$\log_{10}$ max$_i\,\|x_i(t_{max}) - x_0(0)\|$", "magma", (-16, 0.5),
              True),
         ]
-        fig, axes = plt.subplots(len(structures), len(panels), figsize=(4.2 * len(panels),
-                                 0.42 * ds.sizes["attention"] * ds.sizes["mask"] * len(structures) + 1.6),
+        # Height per row of panels: its heatmap rows and its own titles and beta axis (their room is not
+        # shared out among the rows: with more head structures the short heatmaps would squeeze their labels).
+        fig, axes = plt.subplots(len(structures), len(panels), figsize=(4.2 * len(panels), len(structures)
+                                 * (0.42 * ds.sizes["attention"] * ds.sizes["mask"] + 0.6) + 0.4),
                                  squeeze=False)
         # One colour scale per panel across the rows (the same quantity), stretched to the data where it
         # leaves the nominal range (a residual of 10^2 must not read as 10^0).
@@ -153,6 +155,9 @@ class Variants(Experiment):
                             fmt=".1f" if logscale or var == "t_cluster_median" else ".2f",
                             annot_kws={"fontsize": 6}, xticklabels=[f"{b:g}" for b in sub.beta.values],
                             yticklabels=labels if c == 0 else False, cbar=True, mask=~np.isfinite(values))
+                # Row labels across: seaborn stands them on end unless they overlap when it draws, before
+                # tight_layout shrinks the panels, and two short rows' labels then run into each other.
+                ax.tick_params(axis="y", labelrotation=0)
                 for i, j in zip(*np.nonzero(censored), strict=True):
                     ax.text(j + 0.5, i + 0.5, "censored", ha="center", va="center", fontsize=5, color="0.4")
                 ax.set_xlabel(r"$\beta$")
