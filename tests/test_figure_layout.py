@@ -45,3 +45,18 @@ def test_variants_row_labels_stay_apart_with_two_rows_per_panel():
     assert [t.get_text() for t in labels if t.get_text()] == ["softmax", "usa *"] * 2
     assert _collisions(fig, labels, [ax.title for ax in panels] + [fig._suptitle]) == []
     plt.close(fig)
+
+
+def test_entropy_axis_label_clears_the_title_with_one_panel():
+    from attnflow.plotting import plt
+
+    grid = {"n": [8], "beta": [1.0, 4.0]}
+    time = np.linspace(0.0, 5.0, 11)
+    entropy = np.log(8) - np.exp(-time)[:, None, None] * np.ones((1, 1, 2))
+    summary, spec = _summary("entropy", grid, {"entropy": (("time", "n", "beta"), entropy),
+                                               "thm27_residual": (("n", "beta"), np.full((1, 2), 1e-6))})
+    summary = summary.assign_coords(time=time)
+    fig = registry().get("entropy").plot(summary, spec)
+    ax = fig.axes[0]
+    assert _collisions(fig, [ax.yaxis.label], [ax.title, fig._suptitle]) == []
+    plt.close(fig)

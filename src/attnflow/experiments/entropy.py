@@ -72,8 +72,10 @@ class EntropyExperiment(Experiment):
             res = float(ds.thm27_residual.sel(n=n).max())
             ax.set_title(f"n={n}; Thm 27 relative residual {res:.1e}", fontsize=8)
             ax.legend(handles=[limit], fontsize=6, loc="lower right")  # beta: the figure's legend
+        # Three short lines, not two long ones: the label must not outgrow the panel's height, or with one
+        # panel (a figure no wider than it) it runs into the title above.
         grid.set_axis_labels(r"time $t$", "attention entropy (nat),\n"
-                                          "mean of $H^h_i$ over seeds, heads, tokens")
+                                          "mean of $H^h_i$ over\nseeds, heads, tokens")
         fixed = self.describe_fixed(spec, ("attention", "heads", "H", "d", "init", "gamma0"))
         grid.figure.suptitle(f"Entropy production (Thm 27); {fixed}\n"
                              "residual: exact rate integrated (Simpson) vs stored entropy change",
