@@ -1,5 +1,7 @@
 """Figures drawn from small synthetic summaries in the layouts the default config does not show: their
-labels do not run into each other."""
+labels do not run into each other, and their legends list only what is drawn."""
+
+import json
 
 import numpy as np
 import xarray as xr
@@ -59,4 +61,33 @@ def test_entropy_axis_label_clears_the_title_with_one_panel():
     fig = registry().get("entropy").plot(summary, spec)
     ax = fig.axes[0]
     assert _collisions(fig, [ax.yaxis.label], [ax.title, fig._suptitle]) == []
+    plt.close(fig)
+
+
+def test_metastability_legends_list_only_the_betas_drawn():
+    # Every cell at beta = 4 failed (NaN): the staircase has no line for it, so no legend entry either;
+    # no run is censored, so no entry for censored runs. The failed cells stay in the footnote.
+    from attnflow.figures import failed_note
+    from attnflow.plotting import plt
+
+    exp = registry().get("metastability")
+    grid = {"H": [1], "d": [2], "beta": [1.0, 2.0, 4.0]}
+    time = np.array([0.0, 0.1, 1.0, 10.0, 100.0])
+    staircase = np.array([[16, 8, 4, 2, 1], [16, 8, 2, 2, 1], [16, 4, 4, 1, 1]], dtype=float)  # one per seed
+    counts = xr.DataArray(np.broadcast_to(staircase[:, :, None, None, None], (3, 5, 1, 1, 3)),
+                          dims=("seed", "time", "H", "d", "beta"), coords={**grid, "time": time})
+    summary = exp.reduce(xr.Dataset({"cluster_count": counts}))
+    summary = summary.where(summary.beta != 4.0)  # the failed cells
+    failed = [{"coords": {"H": 1, "d": 2, "beta": 4.0}, "error": "step budget of 2000 exhausted"}]
+    spec = Spec("metastability", {**exp.defaults["fixed"], "t_max": 100.0}, grid, ())
+    summary.attrs = {"experiment": "metastability", "experiment_spec": spec.to_json(),
+                     "failed_cells": json.dumps(failed)}
+    summary = exp.derive(summary, spec)
+    fig = exp.plot(summary, spec)
+    top, stairs, plateaus = fig.axes[:3]
+    assert [t.get_text() for t in stairs.get_legend().get_texts()] == [r"$\beta$ = 1: median",
+                                                                      r"$\beta$ = 2: median"]
+    assert sorted(line.get_ydata()[0] for line in top.get_lines()) == [1.0, 2.0]  # the staircase's betas
+    assert "censored" not in " ".join(t.get_text() for t in plateaus.get_legend().get_texts())
+    assert "beta=4.0" in failed_note(summary)
     plt.close(fig)

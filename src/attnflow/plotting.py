@@ -59,6 +59,26 @@ def plain_labels(axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def drawn(artist) -> bool:
+    """Whether a legend handle shows anything: a line with a finite point, a collection with one. A grid
+    point whose cells all failed (NaN) still makes its line, which ``ax.legend()`` would list."""
+    from matplotlib.collections import Collection
+    from matplotlib.lines import Line2D
+
+    if isinstance(artist, Line2D):
+        return bool(np.isfinite(artist.get_xydata()).all(axis=1).any())
+    if isinstance(artist, Collection):
+        return bool(np.isfinite(np.asarray(artist.get_offsets(), dtype=float)).all(axis=1).any())
+    return True
+
+
+def legend_of_drawn(ax, **kwargs) -> None:
+    """``ax.legend(**kwargs)`` over the handles that show something (``drawn``); none: no legend."""
+    handles = [h for h in ax.get_legend_handles_labels()[0] if drawn(h)]
+    if handles:
+        ax.legend(handles=handles, **kwargs)
+
+
 def log_edges(values) -> np.ndarray:
     """Cell edges for a heatmap over log-spaced ``values``: geometric midpoints, extended at the ends."""
     v = np.log(np.asarray(values, dtype=float))
@@ -87,5 +107,5 @@ def mark_empty_log_axes(fig) -> None:
                     transform=ax.transAxes, ha="center", va="center", fontsize=7, color="0.3")
 
 
-__all__ = ["MAX_TICKS", "log_edges", "log_ticks", "mark_empty_log_axes", "plain_labels", "plain_log_axis",
-           "plt", "sns"]
+__all__ = ["MAX_TICKS", "drawn", "legend_of_drawn", "log_edges", "log_ticks", "mark_empty_log_axes",
+           "plain_labels", "plain_log_axis", "plt", "sns"]

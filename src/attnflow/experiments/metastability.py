@@ -191,7 +191,7 @@ class Metastability(Experiment):
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
-        from ..plotting import log_edges, log_ticks, plain_log_axis, plt, sns
+        from ..plotting import legend_of_drawn, log_edges, log_ticks, plain_log_axis, plt, sns
 
         ds = self.with_axes(summary, spec)
         combos = [(H, d) for H in ds.H.values for d in ds.d.values]
@@ -206,12 +206,14 @@ class Metastability(Experiment):
         mesh = None
         for col, (H, d) in enumerate(combos):
             sub = ds.sel(H=H, d=d)
+            # A beta whose cells all failed has no staircase below: no dotted line for it either.
+            drawn = [b for b in shown if np.isfinite(sub.count_median.sel(beta=b).values).any()]
             ax = axes[0, col]
             median = sub.count_median.transpose("beta", "time").values[:, 1:]
             mesh = ax.pcolormesh(t_edges, b_edges, median, cmap="viridis", vmin=1, vmax=n, shading="flat")
             ax.set_xscale("log")
             log_ticks(ax, "y", betas)
-            for b in shown:
+            for b in drawn:
                 ax.axhline(b, color=colours[b], lw=0.8, ls=":")
             ax.set_xlabel("time $t$ (log)")
             ax.set_ylabel(r"inverse temperature $\beta$")
@@ -219,7 +221,7 @@ class Metastability(Experiment):
                          "of the staircase below)", fontsize=8)
 
             ax = axes[1, col]
-            for b in shown:
+            for b in drawn:
                 row = sub.sel(beta=b)
                 ax.step(t, row.count_median.values[1:], where="post", color=colours[b], lw=1.6,
                         label=rf"$\beta$ = {b:g}: median")
@@ -230,7 +232,7 @@ class Metastability(Experiment):
             ax.set_xlabel("time $t$ (log)")
             ax.set_ylabel("clusters (median; dashed: quartiles)")
             ax.set_title(f"H = {H}, d = {d}: the staircase, {ds.sizes['seed']} seeds", fontsize=8)
-            ax.legend(fontsize=6)
+            legend_of_drawn(ax, fontsize=6)
 
             ax = axes[2, col]
             length = sub.plateau.transpose("beta", "seed").values
@@ -274,7 +276,7 @@ class Metastability(Experiment):
             ax.set_ylabel("longest plateau length (time)")
             ax.set_title(f"H = {H}, d = {d}: {verdict}\n(fit: betas < {MAX_CENSORED:.0%} censored; "
                          "faded: beyond; ±: 95%)", fontsize=8)
-            ax.legend(fontsize=5.5)
+            legend_of_drawn(ax, fontsize=5.5)  # no entry for censored runs where there are none
         fig.colorbar(mesh, ax=list(axes[0]), label="median cluster count")
         fixed = self.describe_fixed(spec, ("attention", "heads", "n", "lambda_bar", "cluster_eps", "t_max"))
         fig.suptitle(f"Metastability (result 10): cluster count against log t; {fixed}; samples evenly "
