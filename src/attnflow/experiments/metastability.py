@@ -3,6 +3,8 @@ its plateaus last as beta grows."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import xarray as xr
 
@@ -145,11 +147,15 @@ class Metastability(Experiment):
 
     def derive(self, summary: xr.Dataset, spec) -> xr.Dataset:
         out = summary
-        out["count_median"] = out.cluster_count.median("seed")
-        out["count_q1"] = out.cluster_count.quantile(0.25, "seed").drop_vars("quantile")
-        out["count_q3"] = out.cluster_count.quantile(0.75, "seed").drop_vars("quantile")
-        out["plateau_median"] = out.plateau.median("seed")
-        out["censored_fraction"] = out.plateau_censored.where(out.plateau.notnull()).mean("seed")
+        # A failed cell is NaN for every seed, so its medians are NaN by design: numpy's "All-NaN slice"
+        # warnings would only print into the plot job's log.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out["count_median"] = out.cluster_count.median("seed")
+            out["count_q1"] = out.cluster_count.quantile(0.25, "seed").drop_vars("quantile")
+            out["count_q3"] = out.cluster_count.quantile(0.75, "seed").drop_vars("quantile")
+            out["plateau_median"] = out.plateau.median("seed")
+            out["censored_fraction"] = out.plateau_censored.where(out.plateau.notnull()).mean("seed")
         # Uncensored runs, at the betas where most runs are uncensored (elsewhere the runs that merged
         # before t_max are the short tail, and would bias the fit down); the figure draws the fits there.
         out["fitted"] = out.censored_fraction < MAX_CENSORED
