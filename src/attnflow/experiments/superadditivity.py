@@ -125,6 +125,7 @@ class Superadditivity(Experiment):
         from matplotlib.colors import LogNorm
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
+        from matplotlib.patheffects import withStroke
 
         from ..plotting import log_edges, log_ticks, plain_labels, plt
 
@@ -148,12 +149,15 @@ class Superadditivity(Experiment):
                 ax = axes[i, j]
                 sub = ds.sel(init=init, spread=spread)
                 ratio = sub.ratio.transpose("beta", "lambda_bar").values
-                mesh = ax.pcolormesh(lam_edges, b_edges, np.clip(ratio, norm.vmin, norm.vmax), cmap="RdBu_r",
-                                     norm=norm, shading="flat")
+                shown = np.clip(ratio, norm.vmin, norm.vmax)
+                mesh = ax.pcolormesh(lam_edges, b_edges, shown, cmap="RdBu_r", norm=norm, shading="flat")
                 censored = (sub.censored_equal + sub.censored_linear).transpose("beta", "lambda_bar").values
                 for bi, li in zip(*np.nonzero(censored > 0), strict=True):
+                    colour = _mark_colour(mesh, shown[bi, li])
+                    # A halo of the other colour keeps it legible under the hatching and the contours.
+                    halo = withStroke(linewidth=2, foreground="k" if colour == "w" else "w")
                     ax.text(lam_vals[li], b_vals[bi], "c", ha="center", va="center", fontsize=8,
-                            color="w", fontweight="bold")
+                            color=colour, fontweight="bold", path_effects=[halo])
                 lg, bg = np.meshgrid(lam_vals, b_vals)
                 log_ratio = np.log(np.clip(np.nan_to_num(ratio, nan=1.0), 1e-6, 1e6))
                 if log_ratio.min() < 0 < log_ratio.max():
@@ -196,7 +200,8 @@ class Superadditivity(Experiment):
                    label="closed-form time ratio = 1 (equiangular ODE, top row;\n"
                          "on the black line where they agree)"),
             Line2D([], [], marker="$c$", color="k", ls="",
-                   label="some runs censored (not clustered by t_max)"),
+                   label="some runs censored (not clustered by t_max);\n"
+                         "on a blank cell, every seed with both strength distributions"),
         ]
         fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.45, -0.06))
         fixed = self.describe_fixed(spec, ("attention", "heads", "H", "n", "d", "gamma0",
@@ -205,6 +210,15 @@ class Superadditivity(Experiment):
                      f"{spec.fixed.get('cluster_threshold')}; {fixed}", fontsize=9)
         fig.subplots_adjust(bottom=0.16, right=0.87, hspace=0.25, wspace=0.08)
         return fig
+
+
+def _mark_colour(mesh, value) -> str:
+    """The censoring mark's colour on a cell of ``mesh`` drawn at ``value``: white on a dark cell, black
+    on a pale one or a blank one (NaN: every seed censored both ways), where white vanished."""
+    if np.isnan(value):
+        return "k"
+    r, g, b, _ = mesh.to_rgba(value)
+    return "w" if 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5 else "k"  # luma
 
 
 def _level(spec) -> float:
