@@ -111,7 +111,7 @@ class ClusteringProbability(Experiment):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
         from matplotlib.lines import Line2D
 
-        from ..plotting import log_edges, log_ticks, plain_log_axis, plt, sns
+        from ..plotting import log_edges, log_ticks, plt, sns
 
         ds = self.with_axes(summary, spec)
         Hs = ds.H.values
@@ -120,9 +120,13 @@ class ClusteringProbability(Experiment):
         b_vals = ds.beta.values.astype(float)
         t_edges, b_edges = log_edges(t), log_edges(b_vals)
         colours = sns.color_palette("viridis", n_colors=b_vals.size)
+        t_max = float(spec.fixed["t_max"])
         mesh = None
         for j, H in enumerate(Hs):
             sub = ds.sel(H=H)
+            runs = int(sub.t_cluster.notnull().sum())
+            # No run clustered by t_max: P = 0 throughout, which the panels say rather than draw as data.
+            censored = runs > 0 and not np.isfinite(sub.t_cluster.values).any()
             ax = axes[0, j]
             prob = sub.probability.transpose("beta", "t").values
             mesh = ax.pcolormesh(t_edges, b_edges, prob, cmap="magma", vmin=0, vmax=1, shading="flat")
@@ -130,27 +134,38 @@ class ClusteringProbability(Experiment):
             if np.nanmin(prob) < 0.5 < np.nanmax(prob):
                 ax.contour(tg, bg, prob, levels=[0.5], colors=HALF_COLOUR, linewidths=1.6)
             ax.plot(sub.t_closed.values, b_vals, "w--", lw=1.6, marker="o", ms=3)
-            plain_log_axis(ax, "x")
             ax.set_xlim(t_edges[0], t_edges[-1])
+            _time_axis(ax)
+            if censored:
+                ax.text(0.5, 0.5, f"every run censored:\nnone of the {runs} runs clustered by t_max = "
+                        f"{t_max:g}", transform=ax.transAxes, ha="center", va="center", fontsize=8,
+                        bbox={"facecolor": "w", "edgecolor": "0.5"})
             ax.set_ylim(b_edges[0], b_edges[-1])
             log_ticks(ax, "y", b_vals)
             ax.set_xlabel("time $t$")
             ax.set_ylabel(r"inverse temperature $\beta$")
             ax.set_title(f"H = {H}: P(clustered by t), {len(ds.seed)} seeds per beta", fontsize=8)
             ax = axes[1, j]
+            if censored:  # one line for every beta, which would all lie on it
+                ax.plot(t, np.zeros_like(t), color="0.3", label=f"every beta: P = 0 up to t_max = {t_max:g}")
             for b, colour in zip(b_vals, colours, strict=True):
                 row = sub.sel(beta=b)
+                if censored:  # the closed-form times carry the betas' colours instead
+                    ax.axvline(float(row.t_closed), color=colour, ls="--", lw=0.9,
+                               label=rf"$\beta$ = {b:g}: closed form")
+                    continue
                 ax.plot(t, row.probability, color=colour, label=rf"$\beta$ = {b:g}")
                 # Only where 0 < P < 1: at 0 and 1 the eight betas' bands stacked into bars that read as data.
                 inside = ((row.probability > 0) & (row.probability < 1)).values
                 ax.fill_between(t, row.probability_low, row.probability_high, where=inside, color=colour,
                                 alpha=0.2, lw=0)
                 ax.axvline(float(row.t_closed), color=colour, ls="--", lw=0.9)
-            plain_log_axis(ax, "x")
+            _time_axis(ax)
             ax.set_ylim(-0.02, 1.02)
             ax.set_xlabel("time $t$")
             ax.set_ylabel("fraction of runs clustered\n(95% Wilson band where 0 < P < 1)")
-            ax.legend(fontsize=6, ncol=2)
+            # All censored: the legend sits clear of the closed-form times, at the right.
+            ax.legend(fontsize=6, ncol=2, loc="center left" if censored else "best")
         cax = fig.add_axes([0.9, 0.55, 0.013, 0.33])
         fig.colorbar(mesh, cax=cax, label="fraction clustered")
         exists = ds.attrs["d"] >= ds.attrs["n"]
@@ -169,6 +184,17 @@ class ClusteringProbability(Experiment):
                      f"{fixed}", fontsize=9)
         fig.subplots_adjust(hspace=0.3, right=0.87, wspace=0.22)
         return fig
+
+
+def _time_axis(ax) -> None:
+    """Log time axis, its limits set: labels at 1, 2, 5 per decade over a short range, at the powers of
+    ten alone over a long one, where 1, 2, 5 overlapped (an all-censored panel spans three decades or
+    more, and its closed-form times widen the bottom one)."""
+    from ..plotting import plain_log_axis
+
+    ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    plain_log_axis(ax, "x", subs=(1.0, 2.0, 5.0) if np.log10(high / low) <= 2.5 else (1.0,))
 
 
 EXPERIMENT = ClusteringProbability()
