@@ -164,7 +164,7 @@ class ClusteringProbability(Experiment):
             ax.set_ylim(-0.02, 1.02)
             ax.set_xlabel("time $t$")
             ax.set_ylabel("fraction of runs clustered\n(95% Wilson band where 0 < P < 1)")
-            # All censored: the legend sits clear of the closed-form times, at the right.
+            # All censored: the legend sits clear of the closed-form times, at the centre left.
             ax.legend(fontsize=6, ncol=2, loc="center left" if censored else "best")
         cax = fig.add_axes([0.9, 0.55, 0.013, 0.33])
         fig.colorbar(mesh, cax=cax, label="fraction clustered")

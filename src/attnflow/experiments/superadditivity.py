@@ -201,7 +201,7 @@ class Superadditivity(Experiment):
                          "on the black line where they agree)"),
             Line2D([], [], marker="$c$", color="k", ls="",
                    label="some runs censored (not clustered by t_max);\n"
-                         "on a blank cell, every seed with both strength distributions"),
+                         "on a blank cell: all runs, with either strength distribution"),
         ]
         fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.45, -0.06))
         fixed = self.describe_fixed(spec, ("attention", "heads", "H", "n", "d", "gamma0",
