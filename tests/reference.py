@@ -26,7 +26,8 @@ def head_outputs(x, score_matrices, beta, attention, values=None, mask="none"):
         elif attention == "usa":
             w = np.where(keep, np.exp(beta * s), 0.0)
         elif attention == "sigmoid":
-            w = np.where(keep, 1.0 / (1.0 + np.exp(-(beta * s - np.log(n)))), 0.0)
+            with np.errstate(over="ignore"):  # exp(+large) = inf: the weight's limit 1 / inf = 0, exactly
+                w = np.where(keep, 1.0 / (1.0 + np.exp(-(beta * s - np.log(n)))), 0.0)
         else:
             w = np.where(keep, np.maximum(beta * s, 0.0) / n, 0.0)
         out.append((w, w @ (x @ v.T)))
