@@ -28,7 +28,7 @@ def test_exp_within_one_ulp_of_the_correctly_rounded_value():
     rng = np.random.default_rng(3)
     x = np.concatenate([rng.uniform(-700, 600, 3000), rng.uniform(-1, 1, 1000), [0.0, -1e-300, 1e-12]])
     got = x.copy()
-    exp_inplace(got, np.empty(x.size, np.int64))
+    exp_inplace(got)
     exact = np.array([float(mpmath.exp(mpmath.mpf(float(v)))) for v in x])
     assert np.max(np.abs(got - exact) / np.spacing(exact)) <= 1.0
 

@@ -276,7 +276,7 @@ def test_exp_saturates_to_inf_instead_of_wrapping_the_sign_bit():
     from attnflow.engine.expo import exp_inplace
 
     a = np.array([709.0, 711.0, 720.0, 1e4])
-    exp_inplace(a, np.empty(a.size, np.int64))
+    exp_inplace(a)
     assert a[0] == pytest.approx(np.exp(709.0), rel=1e-15)
     assert np.all(np.isposinf(a[1:]))
 

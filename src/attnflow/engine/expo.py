@@ -6,7 +6,9 @@ LLVM vectorises: Cody-Waite reduction ``x = k ln 2 + r``, ``|r| <= ln(2)/2``,
 a degree-13 Taylor polynomial (truncation below 5e-18 relative) in Horner
 form with fused multiply-adds where the CPU has them (``fastmath`` allows
 contraction only, no reassociation: 25% faster on this machine), and ``2^k``
-assembled from its exponent bits. Measured within 1 ulp of the correctly
+assembled from its exponent bits in a register (``_from_bits``: no scratch
+array and no second pass; 0.81 against 0.91 ns an entry at 16384 entries, the
+same at 64). Measured within 1 ulp of the correctly
 rounded result (tests/test_engine.py), with or without SVML installed.
 Arguments below -708 return ``exp(-708)`` (~3e-308) rather than a subnormal,
 and above ~709.1 ``+inf``;
@@ -20,6 +22,9 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
 
 from .borrow import borrow
 
@@ -35,10 +40,22 @@ _HIGHEST = 710.0
 )
 
 
+@intrinsic
+def _from_bits(typingctx, bits):
+    """The float64 whose bit pattern is the int64 ``bits`` (a register move)."""
+    if bits != types.int64:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
 @numba.njit(cache=True, fastmath={"contract"})
-def exp_inplace(a, bits):
-    """``a[:] = exp(a)`` for a 1-d float64 array; ``bits`` is int64 scratch of the same size."""
-    a, bits = borrow((a, bits))
+def exp_inplace(a):
+    """``a[:] = exp(a)`` for a 1-d float64 array."""
+    a = borrow(a)
     for j in range(a.size):
         x = min(max(a[j], _LOWEST), _HIGHEST)
         k = np.floor(x * _LOG2E + 0.5)
@@ -56,8 +73,4 @@ def exp_inplace(a, bits):
         p = p * r + _C3
         p = p * r + _C2
         p = p * r + _C1
-        a[j] = p * r + _C0
-        bits[j] = (np.int64(k) + 1023) << 52
-    scale = bits[: a.size].view(np.float64)
-    for j in range(a.size):
-        a[j] *= scale[j]
+        a[j] = (p * r + _C0) * _from_bits((np.int64(k) + 1023) << 52)

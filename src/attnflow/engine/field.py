@@ -43,8 +43,7 @@ Flow = namedtuple("Flow", "weights normalised over_n energy entropy causal spher
 #   sraw (H, n, n) raw scores s^h_ij (kept only when asked)
 #   rowmax, rowsum (H, n)  softmax shift m_i and normaliser Z_i (see ``attention_weights``)
 #   f (H, n, d)    head outputs f^h_i;  v (n, d) velocity before projection;  xv (n, d) X V_h^T
-#   bits (n n,)    scratch of ``exp_inplace``
-Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv bits")
+Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv")
 
 
 @numba.njit(cache=True)
@@ -54,7 +53,7 @@ def workspace(n, d, H, r, keep_scores, separate_values):
         np.empty((H, r, n)), np.empty((n, r)), np.empty((H, n, n)),
         np.empty((H, n, n)) if keep_scores else np.empty((0, 0, 0)),
         np.zeros((H, n)), np.zeros((H, n)), np.empty((H, n, d)), np.empty((n, d)),
-        np.empty((n, d)) if separate_values else np.empty((0, 0)), np.empty(n * n, np.int64),
+        np.empty((n, d)) if separate_values else np.empty((0, 0)),
     )
 
 
@@ -124,7 +123,7 @@ def _mask_rows(s, causal):
 
 
 @numba.njit(cache=True, inline="always")
-def attention_weights(flow, s, beta, rowmax, rowsum, bits):
+def attention_weights(flow, s, beta, rowmax, rowsum):
     """Turn the scores ``s`` (n, n) into weights in place, softmax's up to a row factor.
 
     softmax: ``exp(beta (s_ij - m_i))`` with ``m_i`` the row maximum (no
@@ -178,7 +177,7 @@ def attention_weights(flow, s, beta, rowmax, rowsum, bits):
         # runs. Poison, not raise: a raise here made every field evaluation 8% slower (measured).
         s[:, :] = np.nan
     _mask_rows(s, flow.causal)  # masked entries may exceed exp's range: never exponentiate them
-    exp_inplace(s.ravel(), bits)
+    exp_inplace(s.ravel())
     if kind == Weights.SIGMOID:
         for i in range(n):
             for j in range(n):
@@ -267,7 +266,7 @@ def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
             np.dot(ws.y[h], ws.xt, s)  # s_ij = <M_h x_i, x_j>
         if keep_scores:
             copy_into(ws.sraw[h], s)
-        attention_weights(flow, s, beta, ws.rowmax[h], ws.rowsum[h], ws.bits)
+        attention_weights(flow, s, beta, ws.rowmax[h], ws.rowsum[h])
         f = ws.f[h]
         if not hd.shared:
             np.dot(x, hd.values_t[h], ws.xv)  # rows V_h x_j

@@ -197,7 +197,7 @@ def _softmax_parts(flow, h, beta, causal, ws, sc):
         row = p[i]
         for j in range(active):
             row[j] = beta * (s[i, j] - m)
-        exp_inplace(row[:active], ws.bits)
+        exp_inplace(row[:active])
         total = 0.0
         for j in range(active):
             total += row[j]
