@@ -20,6 +20,7 @@ from ..heads import Form
 from ..numerics import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 from ..observables import GROUPS, canonical_groups, variables
 from ..tableau import DOPRI5, ButcherTableau
+from . import cache  # noqa: F401  (first: the engine's functions are cached by its locators)
 from .dopri import (
     CALLS,
     DRIFT,

@@ -1,0 +1,34 @@
+"""numba's cache of the engine goes stale with any source the compiled engine is built from
+(``attnflow.engine.cache``), not only with the file that defines a cached function."""
+
+from __future__ import annotations
+
+import shutil
+
+from attnflow.engine import cache, dopri, expo, field, measure
+
+
+def test_every_engine_function_is_stamped_with_all_engine_sources():
+    # solve_batch (dopri.py) carries field's and exp's code: its stamp must cover their files too.
+    for kernel in (dopri.solve_batch, dopri.observe_batch, field.field, measure.measure, expo.exp_inplace):
+        locator = kernel._cache._impl._locator
+        assert isinstance(locator, cache._EngineStamped), type(locator)
+        assert locator.get_source_stamp() == cache.stamp(cache.sources())
+    names = {path.name for path in cache.sources()}
+    assert {"dopri.py", "field.py", "measure.py", "expo.py", "attention.py", "heads.py"} <= names
+
+
+def test_the_stamp_changes_with_any_one_source(tmp_path):
+    copies = []
+    for path in cache.sources():
+        copy = tmp_path / path.name
+        shutil.copyfile(path, copy)
+        copies.append(copy)
+    before = cache.stamp(copies)
+    assert before == cache.stamp(cache.sources())
+    for copy in copies:  # a comment added to any one file, as a git pull might change field.py alone
+        text = copy.read_bytes()
+        copy.write_bytes(text + b"\n# edited\n")
+        assert cache.stamp(copies) != before, copy.name
+        copy.write_bytes(text)
+    assert cache.stamp(copies) == before
