@@ -35,3 +35,21 @@ def test_a_censored_panel_says_so_and_its_time_axis_stays_readable(clustered_at)
     # One flat line says P = 0 for every beta, where one per beta lay on top of each other.
     assert len(bottom1.lines) == 1 + 3  # that line and the betas' closed-form times
     assert len(bottom4.lines) == (1 + 3 if clustered_at is None else 2 * 3)
+
+
+def test_a_failed_beta_gets_no_entry_in_a_censored_panel():
+    from attnflow.plotting import plt
+
+    grid = {"H": [1], "beta": [1.0, 2.0, 4.0]}
+    spec = EXPERIMENT.spec({"fixed": {"t_max": 0.5, "seeds": 8}, "grid": grid})
+    t = np.full((1, 3, 8), np.inf)
+    t[0, 0] = np.nan  # beta = 1: every cell failed, no runs
+    coords = {**grid, "seed": np.arange(8)}
+    summary = EXPERIMENT.derive(xr.Dataset({"t_cluster": (("H", "beta", "seed"), t)}, coords=coords), spec)
+    fig = EXPERIMENT.plot(summary, spec)
+    bottom = fig.axes[1]
+    labels = [text.get_text() for text in bottom.get_legend().get_texts()]
+    plt.close(fig)
+    assert len(bottom.lines) == 1 + 2  # the P = 0 line and the closed-form times of the betas that ran
+    assert not any("= 1: closed form" in label for label in labels), labels
+    assert any("every beta that ran" in label for label in labels)

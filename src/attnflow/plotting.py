@@ -60,14 +60,15 @@ def plain_labels(axis) -> None:
 
 
 def drawn(artist) -> bool:
-    """Whether a legend handle shows anything: a line with a finite point, a collection with one. A grid
-    point whose cells all failed (NaN) still makes its line, which ``ax.legend()`` would list."""
-    from matplotlib.collections import Collection
+    """Whether a legend handle from ``plot`` or ``scatter`` shows anything: a line with a finite point, a
+    scatter with a finite marker. A grid point whose cells all failed (NaN) still makes its line, which
+    ``ax.legend()`` would list. Other artists (bands, error bars) count as drawn."""
+    from matplotlib.collections import PathCollection
     from matplotlib.lines import Line2D
 
     if isinstance(artist, Line2D):
         return bool(np.isfinite(artist.get_xydata()).all(axis=1).any())
-    if isinstance(artist, Collection):
+    if isinstance(artist, PathCollection):
         return bool(np.isfinite(np.asarray(artist.get_offsets(), dtype=float)).all(axis=1).any())
     return True
 

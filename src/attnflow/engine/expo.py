@@ -11,7 +11,8 @@ array and no second pass; 0.81 against 0.91 ns an entry at 16384 entries, the
 same at 64). Measured within 1 ulp of the correctly
 rounded result (tests/test_engine.py), with or without SVML installed.
 Arguments below -708 return ``exp(-708)`` (~3e-308) rather than a subnormal,
-and above ~709.1 ``+inf``;
+and from 709.44 (where ``k`` reaches 1024) ``+inf``, below float64's own
+overflow at 709.78;
 the engine only takes exps of non-positive softmax logits (where that is far
 below the row's largest weight, 1) and of ``beta s`` bounded by ``Cell``.
 """

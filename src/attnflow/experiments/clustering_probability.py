@@ -147,9 +147,12 @@ class ClusteringProbability(Experiment):
             ax.set_title(f"H = {H}: P(clustered by t), {len(ds.seed)} seeds per beta", fontsize=8)
             ax = axes[1, j]
             if censored:  # one line for every beta, which would all lie on it
-                ax.plot(t, np.zeros_like(t), color="0.3", label=f"every beta: P = 0 up to t_max = {t_max:g}")
+                ax.plot(t, np.zeros_like(t), color="0.3",
+                        label=f"every beta that ran: P = 0 up to t_max = {t_max:g}")
             for b, colour in zip(b_vals, colours, strict=True):
                 row = sub.sel(beta=b)
+                if censored and not row.t_cluster.notnull().any():
+                    continue  # its cells failed: no runs, no P, and nothing to show for it here
                 if censored:  # the closed-form times carry the betas' colours instead
                     ax.axvline(float(row.t_closed), color=colour, ls="--", lw=0.9,
                                label=rf"$\beta$ = {b:g}: closed form")

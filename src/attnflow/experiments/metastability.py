@@ -150,7 +150,8 @@ class Metastability(Experiment):
         # A failed cell is NaN for every seed, so its medians are NaN by design: numpy's "All-NaN slice"
         # warnings would only print into the plot job's log.
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
+            warnings.filterwarnings("ignore", "All-NaN slice", RuntimeWarning)
+            warnings.filterwarnings("ignore", "Mean of empty slice", RuntimeWarning)
             out["count_median"] = out.cluster_count.median("seed")
             out["count_q1"] = out.cluster_count.quantile(0.25, "seed").drop_vars("quantile")
             out["count_q3"] = out.cluster_count.quantile(0.75, "seed").drop_vars("quantile")

@@ -119,7 +119,7 @@ class Variants(Experiment):
         # Height per row of panels: its heatmap rows and its own titles and beta axis (their room is not
         # shared out among the rows: with more head structures the short heatmaps would squeeze their labels).
         fig, axes = plt.subplots(len(structures), len(panels), figsize=(4.2 * len(panels), len(structures)
-                                 * (0.42 * ds.sizes["attention"] * ds.sizes["mask"] + 0.6) + 0.4),
+                                 * (0.42 * ds.sizes["attention"] * ds.sizes["mask"] + 0.6) + 1.0),
                                  squeeze=False)
         # One colour scale per panel across the rows (the same quantity), stretched to the data where it
         # leaves the nominal range (a residual of 10^2 must not read as 10^0).
