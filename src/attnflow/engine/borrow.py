@@ -39,6 +39,9 @@ def _borrowed(context, builder, ty, value):
         items = [_borrowed(context, builder, t, builder.extract_value(value, i))
                  for i, t in enumerate(ty.types)]
         return context.make_tuple(builder, ty, items)
+    # Anything else is returned as it is, and the caller owns what an intrinsic returns: a counted
+    # object (a typed list, say) needs its own reference, or the caller would release it once too often.
+    context.nrt.incref(builder, ty, value)
     return value
 
 
