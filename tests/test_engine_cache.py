@@ -32,3 +32,15 @@ def test_the_stamp_changes_with_any_one_source(tmp_path):
         assert cache.stamp(copies) != before, copy.name
         copy.write_bytes(text)
     assert cache.stamp(copies) == before
+
+
+def test_a_numba_without_those_locators_warns_and_keeps_its_own(monkeypatch):
+    import pytest
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+    monkeypatch.setattr(impl, "_locator_classes", list(impl._locator_classes))
+    for name in ("InTreeCacheLocator", "_InTreeCacheLocator"):
+        monkeypatch.delattr(caching, name, raising=False)
+    with pytest.warns(RuntimeWarning, match="checked against each function's own file"):
+        cache.register()

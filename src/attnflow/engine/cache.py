@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from pathlib import Path
 
 from numba.core import caching
@@ -62,12 +63,21 @@ def _locator(name: str):
 
 
 def register() -> None:
-    """Put the engine's locators before numba's own (for functions decorated after this call)."""
-    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
-    ours = [type(f"Engine{_locator(name).__name__.lstrip('_')}", (_EngineStamped, _locator(name)), {})
-            for name in ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator")]
-    impl._locator_classes = ours + [c for c in impl._locator_classes
-                                    if not issubclass(c, _EngineStamped)]
+    """Put the engine's locators before numba's own (for functions decorated after this call).
+
+    These are numba's internal classes: where a numba release renames them, the engine still imports
+    and runs, with numba's own check, and says so.
+    """
+    try:
+        impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+        ours = [type(f"Engine{_locator(name).__name__.lstrip('_')}", (_EngineStamped, _locator(name)), {})
+                for name in ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator")]
+        impl._locator_classes = ours + [c for c in impl._locator_classes
+                                        if not issubclass(c, _EngineStamped)]
+    except (AttributeError, TypeError) as err:
+        warnings.warn(f"attnflow: numba's cache of the engine is checked against each function's own file "
+                      f"only, not every engine source ({err}); clear it after changing the engine "
+                      "(engine/__pycache__, or NUMBA_CACHE_DIR)", RuntimeWarning, stacklevel=2)
 
 
 register()
