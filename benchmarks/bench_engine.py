@@ -43,9 +43,7 @@ TARGETS = {"S": 20.0, "M": 5.0, "L": 2.0}  # speed-ups over scipy RK45 one by on
 
 
 def batch(cell):
-    score_matrices = np.stack([head_matrices(cell, s).score_matrices for s in cell.seeds])
-    x0 = np.stack([initial_tokens(cell, s) for s in cell.seeds])
-    return score_matrices, x0
+    return head_matrices(cell, cell.seeds).score_matrices, initial_tokens(cell, cell.seeds)
 
 
 def run_attnflow(cell, score_matrices, x0, times):
@@ -116,14 +114,14 @@ def trained_heads(n, seeds):
     try:
         cell = Cell(heads="trained", weights="minilm", H=12, d=384, n=n, init="embedding", seeds=seeds)
         source = "MiniLM layer 0"
-        u, e = head_matrices(cell, 0).factors
+        u, e = (a[0] for a in head_matrices(cell, [0]).factors)
     except ValueError:
         cell = Cell(H=12, d=384, n=n, seeds=seeds)
         rng = np.random.default_rng(0)
         u = np.linalg.qr(rng.standard_normal((12, 384, 64)))[0]
         e = rng.uniform(-1, 1, (12, 64))
         source = "random heads of rank 64"
-    x0 = np.stack([initial_tokens(cell.replace(init="uniform"), s) for s in cell.seeds])
+    x0 = initial_tokens(cell.replace(init="uniform"), cell.seeds)
     return cell, (u[None], e[None]), x0, source
 
 

@@ -57,8 +57,8 @@ CELLS = {
 
 def problem(name):
     cell = Cell(heads="random", beta=1.0, t_max=T_MAX, n_samples=SAMPLES, rtol=RTOL, atol=ATOL, **CELLS[name])
-    score_matrices = np.stack([head_matrices(cell, s).score_matrices for s in cell.seeds])
-    x0 = np.stack([initial_tokens(cell, s) for s in cell.seeds])
+    score_matrices = head_matrices(cell, cell.seeds).score_matrices
+    x0 = initial_tokens(cell, cell.seeds)
     if name == "mixed beta":  # log-uniform in [0.5, 8], one per trajectory
         beta = np.exp(np.random.default_rng(7).uniform(np.log(0.5), np.log(8.0), cell.n_seeds))
     else:

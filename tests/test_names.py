@@ -56,7 +56,7 @@ def test_each_structure_builds_the_form_it_declares(name):
 
     structure = HEADS.get(name)
     cell = Cell(H=2, n=3, d=4, heads=name, delta=0.1, seeds=2)  # delta: perturbed_block's, else reset
-    built = head_matrices(cell, 0)
+    built = head_matrices(cell, [0])
     assert built.form == structure.form
     # The engine applies it in that form (these draws are not diagonal), and the cost model prices it.
     assert head_form(built.score_matrices, built.diagonal, built.factors, cell.d) == structure.form

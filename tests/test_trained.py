@@ -56,19 +56,19 @@ def test_known_matrices_give_known_heads(tmp_path, prefix):
     path, t = _weights(tmp_path, prefix=prefix)
     m, values = _expected(t)
     cell = Cell(heads="trained", weights=str(path), H=2, d=D, n=4, values="trained", seeds=1)
-    built = head_matrices(cell, 0)
+    built = head_matrices(cell, [0])
     assert built.form == Form.FACTORED
-    dense = built.dense()
+    dense = built.dense()[0]  # the layer's heads, shared by every seed (leading axis 1)
     for h in range(N_HEADS):
         # Factors of the symmetric part, from float32 weights: round-off of O(1) entries.
         np.testing.assert_allclose(dense[h], 0.5 * (m[h] + m[h].T), atol=1e-12)
-        np.testing.assert_allclose(built.values[h], values[h], atol=1e-12)
-        assert built.strengths[h] == pytest.approx(np.abs(np.linalg.eigvalsh(0.5 * (m[h] + m[h].T))).max())
+        np.testing.assert_allclose(built.values[0, h], values[h], atol=1e-12)
+        assert built.strengths[0, h] == pytest.approx(np.abs(np.linalg.eigvalsh(0.5 * (m[h] + m[h].T))).max())
         share = np.linalg.norm(0.5 * (m[h] - m[h].T)) / np.linalg.norm(m[h])
         assert built.antisymmetric_share[h] == pytest.approx(share, rel=1e-12)
     # A subset, in the order given.
-    one = head_matrices(cell.replace(H=1, head_subset=[1]), 0)
-    np.testing.assert_allclose(one.dense()[0], dense[1], atol=1e-12)
+    one = head_matrices(cell.replace(H=1, head_subset=[1]), [0])
+    np.testing.assert_allclose(one.dense()[0, 0], dense[1], atol=1e-12)
 
 
 def test_principal_angles_and_overlaps(tmp_path):
@@ -157,8 +157,8 @@ def test_minilm_where_installed():
     angles = trained.principal_angles("minilm", 0)
     # Measured on MiniLM-L6 (issue 10): median 70-75 degrees, a lower tail to ~5.
     assert 65 < np.median(angles) < 80 and angles.min() < 20
-    built = head_matrices(Cell(heads="trained", weights="minilm", H=12, d=384, n=4), 0)
-    assert built.factors[1].shape == (12, 64)  # rank 2 d_head: applied through its factors
+    built = head_matrices(Cell(heads="trained", weights="minilm", H=12, d=384, n=4), [0])
+    assert built.factors[1].shape == (1, 12, 64)  # rank 2 d_head: applied through its factors
     # The symmetric part keeps ~77% of ||W_Q^T W_K||_F (issue 10's measurement).
     assert 0.7 < np.mean(np.sqrt(1 - built.antisymmetric_share**2)) < 0.85
     ds = simulate(Cell(heads="trained", weights="minilm", H=12, d=384, n=6, init="embedding", seeds=2,

@@ -1,8 +1,10 @@
 """Head structures (docs/model.md, "Head structures and strengths"): how the score matrices M_h are built,
 one declaration each.
 
-A declaration builds the score matrices of one seed from its strengths, says
-which cell fields it reads, checks the cell's shape, and bounds ``||M_h||_op``
+A declaration builds the score matrices of a batch of seeds from their
+strengths (one call for the batch: numpy's per-call cost, an eigenvalue
+decomposition per seed, was half the Python time of a small cell), says which
+cell fields it reads, checks the cell's shape, and bounds ``||M_h||_op``
 (which the cell uses to refuse a beta whose exponentials would overflow). Each
 declares the *form* its matrices come in (``Form``, shared with the engine):
 ``diagonal`` (applied as scalings), ``dense`` (``d x d`` products) or
@@ -52,15 +54,18 @@ FORMS = tuple(form.label for form in Form)
 
 @dataclasses.dataclass
 class HeadMatrices:
-    """The score and value matrices of one seed's heads, in the cheapest exact form the structure has.
+    """The score and value matrices of a batch of seeds' heads, in the cheapest exact form the structure
+    has.
 
-    Exactly one of ``diagonal``, ``score_matrices`` and ``factors`` describes ``M_h`` (``form``):
+    Every array but ``antisymmetric_share`` has a leading axis ``S``: one entry per seed, or 1 where
+    the structure draws nothing from the seed (every seed shares them). Exactly one of ``diagonal``,
+    ``score_matrices`` and ``factors`` describes ``M_h`` (``form``):
 
-    diagonal : (H, d), ``M_h = diag(diagonal[h])`` (no d x d matrix is ever formed)
-    score_matrices : (H, d, d) symmetric ``M_h``
-    factors : ``(U, e)`` with ``U`` (H, d, r) and ``e`` (H, r): ``M_h = U_h diag(e_h) U_h^T``
-    values : (H, d, d) ``V_h``, or None for value alignment ``V_h = M_h``
-    strengths : (H,) the head strengths the matrices were built from
+    diagonal : (S, H, d), ``M_h = diag(diagonal[s, h])`` (no d x d matrix is ever formed)
+    score_matrices : (S, H, d, d) symmetric ``M_h``
+    factors : ``(U, e)`` with ``U`` (S, H, d, r) and ``e`` (S, H, r): ``M_h = U_h diag(e_h) U_h^T``
+    values : (S, H, d, d) ``V_h``, or None for value alignment ``V_h = M_h``
+    strengths : (S, H) the head strengths the matrices were built from
     """
 
     strengths: np.ndarray
@@ -79,19 +84,19 @@ class HeadMatrices:
         return given[0]
 
     def dense(self) -> np.ndarray:
-        """``M_h`` as (H, d, d) matrices (the dense form), whatever the form given."""
+        """``M_h`` as (S, H, d, d) matrices (the dense form), whatever the form given."""
         if self.score_matrices is not None:
             return self.score_matrices
         if self.diagonal is not None:
-            return self.diagonal[:, :, None] * np.eye(self.diagonal.shape[1])[None]
+            return self.diagonal[..., None] * np.eye(self.diagonal.shape[-1])
         u, e = self.factors
-        return np.einsum("hdr,hr,her->hde", u, e, u)
+        return np.einsum("shdr,shr,sher->shde", u, e, u)
 
 
 @dataclasses.dataclass(frozen=True)
 class HeadStructure:
     name: str
-    build: Callable  # (cell, strengths (H,), seed) -> HeadMatrices
+    build: Callable  # (cell, strengths (S, H), seeds (S ints)) -> HeadMatrices
     form: Form  # the form build returns (the cost model reads it)
     norm_bound: Callable  # (cell, largest strength) -> bound on ||M_h||_op
     uses: tuple[str, ...]  # cell fields it reads besides H, d and the strengths
@@ -106,41 +111,40 @@ class HeadStructure:
     isotropic: bool = False
 
 
-def _unit_symmetric(rng: np.random.Generator, count: int, d: int) -> np.ndarray:
-    """``count`` symmetric Gaussian matrices scaled to operator norm 1, (count, d, d)."""
-    g = rng.standard_normal((count, d, d))
+def _unit_symmetric(seeds, count: int, d: int) -> np.ndarray:
+    """Per seed, from its heads stream, ``count`` symmetric Gaussian matrices scaled to operator norm 1:
+    (S, count, d, d)."""
+    g = np.stack([stream(seed, "heads").standard_normal((count, d, d)) for seed in seeds])
     s = 0.5 * (g + np.swapaxes(g, -1, -2))
     # The operator norm of a symmetric matrix is its largest |eigenvalue|.
-    return s / np.abs(np.linalg.eigvalsh(s)).max(axis=-1)[:, None, None]
+    return s / np.abs(np.linalg.eigvalsh(s)).max(axis=-1)[..., None, None]
 
 
-def _scalar(cell, lambdas, seed):
-    return HeadMatrices(lambdas, diagonal=np.repeat(lambdas[:, None], cell.d, axis=1))
+def _scalar(cell, lambdas, seeds):
+    return HeadMatrices(lambdas, diagonal=np.repeat(lambdas[:, :, None], cell.d, axis=2))
 
 
-def _random(cell, lambdas, seed):
-    rng = stream(seed, "heads")
-    return HeadMatrices(lambdas, score_matrices=lambdas[:, None, None] * _unit_symmetric(rng, cell.H, cell.d))
+def _random(cell, lambdas, seeds):
+    return HeadMatrices(lambdas,
+                        score_matrices=lambdas[:, :, None, None] * _unit_symmetric(seeds, cell.H, cell.d))
 
 
 def _block_diagonal(cell, lambdas):
-    """Row h: lambda_h on the h-th block of d/H coordinates, 0 elsewhere."""
+    """(S, H, d): row h lambda_h on the h-th block of d/H coordinates, 0 elsewhere; ``lambdas`` (S, H)."""
     k = cell.d // cell.H
-    diag = np.zeros((cell.H, cell.d))
+    diag = np.zeros(lambdas.shape + (cell.d,))
     for h in range(cell.H):
-        diag[h, h * k:(h + 1) * k] = lambdas[h]
+        diag[:, h, h * k:(h + 1) * k] = lambdas[:, h, None]
     return diag
 
 
-def _block(cell, lambdas, seed):
+def _block(cell, lambdas, seeds):
     return HeadMatrices(lambdas, diagonal=_block_diagonal(cell, lambdas))
 
 
-def _perturbed_block(cell, lambdas, seed):
-    rng = stream(seed, "heads")
-    diag = _block_diagonal(cell, lambdas)
-    m = diag[:, :, None] * np.eye(cell.d)[None]
-    m += cell.delta * _unit_symmetric(rng, cell.H, cell.d)
+def _perturbed_block(cell, lambdas, seeds):
+    m = _block_diagonal(cell, lambdas)[..., None] * np.eye(cell.d)
+    m += cell.delta * _unit_symmetric(seeds, cell.H, cell.d)
     return HeadMatrices(lambdas, score_matrices=m)
 
 
@@ -160,15 +164,18 @@ def _trained_matrices(cell):
     return build(cell.weights, cell.layer, _trained_subset(cell), cell.values, cell.model_heads)
 
 
-def _trained(cell, lambdas, seed):
+def _trained(cell, lambdas, seeds):
+    # The layer's matrices, shared by every seed (leading axis 1).
     layer = _trained_matrices(cell)
-    return HeadMatrices(layer.norms, factors=layer.factors, values=layer.values,
+    u, e = layer.factors
+    return HeadMatrices(layer.norms[None], factors=(u[None], e[None]),
+                        values=None if layer.values is None else layer.values[None],
                         antisymmetric_share=layer.antisymmetric_share)
 
 
-def _trained_orthogonal(cell, lambdas, seed):
+def _trained_orthogonal(cell, lambdas, seeds):
     strength = float(np.mean(_trained_matrices(cell).norms))
-    strengths = np.full(cell.H, strength)
+    strengths = np.full((1, cell.H), strength)
     return HeadMatrices(strengths, diagonal=_block_diagonal(cell, strengths))
 
 
@@ -223,9 +230,11 @@ HEADS: Registry[HeadStructure] = Registry("heads", [
 ])
 
 
-def head_matrices(cell, seed: int) -> HeadMatrices:
-    """The score (and value) matrices of one seed: strengths from the cell's distribution, then its
-    head structure."""
+def head_matrices(cell, seeds) -> HeadMatrices:
+    """The score (and value) matrices of ``seeds`` (a sequence of ints), built in one call: each seed's
+    strengths from the cell's distribution, then the cell's head structure (``HeadMatrices``: a
+    leading axis of one entry per seed, or 1 where every seed shares them)."""
     from .strengths import head_strengths
 
-    return HEADS.get(cell.heads).build(cell, head_strengths(cell, seed), seed)
+    seeds = tuple(seeds)
+    return HEADS.get(cell.heads).build(cell, np.stack([head_strengths(cell, s) for s in seeds]), seeds)

@@ -103,16 +103,12 @@ def simulate(
     values = None
     if score_matrices is None:
         # Score matrices that do not depend on the seed are built once and shared by the batch.
-        built = [head_matrices(cell, s) for s in (cell.seeds if cell.heads_per_seed else cell.seeds[:1])]
-        lambdas = np.broadcast_to(np.stack([m.strengths for m in built]), (n_seeds, H))
-        form = built[0].form
-        if form == Form.FACTORED:
-            stacked = tuple(np.stack([m.factors[k] for m in built]) for k in (0, 1))
-        else:
-            stacked = np.stack([getattr(m, form.array) for m in built])
-        if built[0].values is not None:
-            values = np.stack([m.values for m in built])
-        discarded = built[0].antisymmetric_share
+        built = head_matrices(cell, cell.seeds if cell.heads_per_seed else cell.seeds[:1])
+        lambdas = np.broadcast_to(built.strengths, (n_seeds, H))
+        form = built.form
+        stacked = getattr(built, form.array)  # (seeds or 1, H, ...); the factored form a pair (U, e)
+        values = built.values
+        discarded = built.antisymmetric_share
     else:
         discarded = None
         form, stacked = Form.DENSE, _check_score_matrices(cell, score_matrices)[None]
@@ -121,7 +117,7 @@ def simulate(
     if value_matrices is not None:
         values = _check_matrices("value_matrices", value_matrices, (H, d, d))[None]
     if x0 is None:
-        x_init = np.stack([initial_tokens(cell, s) for s in cell.seeds])
+        x_init = initial_tokens(cell, cell.seeds)
     else:
         x_init = _check_x0(cell, x0)
 

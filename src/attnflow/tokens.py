@@ -14,22 +14,27 @@ from .streams import stream
 @dataclasses.dataclass(frozen=True)
 class Init:
     name: str
-    draw: Callable  # (cell, seed) -> (n, d) unit rows
+    draw: Callable  # (cell, seeds (S ints)) -> (S, n, d) unit rows
     uses: tuple[str, ...]  # cell fields it reads besides n and d
     description: str
     check: Callable | None = None  # cell -> (field, why) or None
     seeded: bool = False  # draws from the seed's random stream (else every seed starts alike)
 
 
-def _uniform(cell, seed):
-    x = stream(seed, "tokens").standard_normal((cell.n, cell.d))
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+def _uniform(cell, seeds):
+    x = np.stack([stream(seed, "tokens").standard_normal((cell.n, cell.d)) for seed in seeds])
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def _orthogonal(cell, seed):
+def _every_seed(x, seeds):
+    """The same (n, d) tokens for every seed: (S, n, d)."""
+    return np.repeat(x[None], len(seeds), axis=0)
+
+
+def _orthogonal(cell, seeds):
     x = np.zeros((cell.n, cell.d))
     x[:, : cell.n] = np.eye(cell.n)
-    return x
+    return _every_seed(x, seeds)
 
 
 def equiangular_tokens(n: int, d: int, gamma0: float) -> np.ndarray:
@@ -60,13 +65,13 @@ def _equiangular_check(cell):
     return None
 
 
-def _embedding(cell, seed):
+def _embedding(cell, seeds):
     from .trained import embedding
 
     table = embedding(cell.weights)
-    rows = stream(seed, "embedding").choice(table.shape[0], size=cell.n, replace=False)
-    x = table[np.sort(rows)]
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+    x = np.stack([table[np.sort(stream(seed, "embedding").choice(table.shape[0], size=cell.n, replace=False))]
+                  for seed in seeds])
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
 def _embedding_check(cell):
@@ -86,10 +91,11 @@ def _embedding_check(cell):
 INITS: Registry[Init] = Registry("init", [
     Init("uniform", _uniform, (), "i.i.d. uniform on the sphere (seeded)", seeded=True),
     Init("orthogonal", _orthogonal, (), "x_i = e_i (needs d >= n)", _needs_room),
-    Init("equiangular", lambda c, s: equiangular_tokens(c.n, c.d, c.gamma0), ("gamma0",),
+    Init("equiangular", lambda c, s: _every_seed(equiangular_tokens(c.n, c.d, c.gamma0), s), ("gamma0",),
          "common pairwise cosine gamma0: Gram matrix (1 - gamma0) I + gamma0 11^T (needs d >= n)",
          _equiangular_check),
-    Init("equiangular_typical", lambda c, s: equiangular_tokens(c.n, c.d, typical_cosine(c.d)), (),
+    Init("equiangular_typical",
+         lambda c, s: _every_seed(equiangular_tokens(c.n, c.d, typical_cosine(c.d)), s), (),
          "equiangular with gamma0 = 1/sqrt(d), the typical cosine of random tokens (Thm 25's start; "
          "needs d >= n)", _needs_room),
     Init("embedding", _embedding, ("weights",),
@@ -98,6 +104,7 @@ INITS: Registry[Init] = Registry("init", [
 ])
 
 
-def initial_tokens(cell, seed: int) -> np.ndarray:
-    """Initial positions on the unit sphere for one seed, shape ``(n, d)``."""
-    return INITS.get(cell.init).draw(cell, seed)
+def initial_tokens(cell, seeds) -> np.ndarray:
+    """Initial positions on the unit sphere of ``seeds`` (a sequence of ints), drawn in one call:
+    shape ``(S, n, d)``."""
+    return INITS.get(cell.init).draw(cell, tuple(seeds))
