@@ -16,6 +16,7 @@ import numpy as np
 
 from ..attention import Weights
 from ..heads import Form
+from .blas import matmul
 from .borrow import borrow
 from .expo import exp_inplace
 
@@ -231,9 +232,9 @@ def head_rows(x, hd, h, ws):
             for k in range(d):
                 y[j, k] = x[j, k] * hd.diagonal[h, k]
     elif hd.form == Form.DENSE:
-        np.dot(x, hd.dense[h], y)
+        matmul(x, hd.dense[h], y)
     elif hd.form == Form.FACTORED:
-        np.dot(ws.zl[h], hd.ut[h], y)
+        matmul(ws.zl[h], hd.ut[h], y)
     else:  # unreachable: every Form has a branch (checked at import); poison, as attention_weights
         y[:, :] = np.nan
 
@@ -259,18 +260,18 @@ def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
         # small-matrix kernel suits the heads' own products better (measured).
         for h in range(H):
             head_rows(x, hd, h, ws)
-        np.dot(ws.y_rows, ws.xt, ws.w_rows)
+        matmul(ws.y_rows, ws.xt, ws.w_rows)
     for h in range(H):
         s = ws.w[h]
         if hd.form == Form.FACTORED:
             r = hd.eig.shape[1]
             z, zl, zt = ws.z[h], ws.zl[h], ws.zt[h]
-            np.dot(x, hd.u[h], z)
+            matmul(x, hd.u[h], z)
             for j in range(n):
                 for k in range(r):
                     zl[j, k] = z[j, k] * hd.eig[h, k]
                     zt[k, j] = z[j, k]
-            np.dot(zl, zt, s)  # s_ij = <x_i, M_h x_j> = z_i^T diag(e) z_j
+            matmul(zl, zt, s)  # s_ij = <x_i, M_h x_j> = z_i^T diag(e) z_j
             if need_rows:
                 head_rows(x, hd, h, ws)
         if keep_scores:
@@ -278,13 +279,13 @@ def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
         attention_weights(flow, s, beta, ws.rowmax[h], ws.rowsum[h])
         f = ws.f[h]
         if not hd.shared:
-            np.dot(x, hd.values_t[h], ws.xv)  # rows V_h x_j
-            np.dot(s, ws.xv, f)
+            matmul(x, hd.values_t[h], ws.xv)  # rows V_h x_j
+            matmul(s, ws.xv, f)
         elif hd.form == Form.FACTORED:
-            np.dot(s, ws.zl[h], ws.wz)
-            np.dot(ws.wz, hd.ut[h], f)
+            matmul(s, ws.zl[h], ws.wz)
+            matmul(ws.wz, hd.ut[h], f)
         else:
-            np.dot(s, ws.y[h], f)
+            matmul(s, ws.y[h], f)
         row_scale(flow, f, ws.rowsum[h])
         for i in range(n):
             for k in range(d):

@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from ..attention import Energy, Entropy, Weights
+from .blas import matmul
 from .borrow import borrow
 from .expo import exp_inplace
 from .field import copy_into, lane_sum, transpose_into
@@ -83,7 +84,7 @@ def gamma_mean(x):
 def gram_min(x, xt, gram):
     """``gram = X X^T``; returns the smallest off-diagonal entry."""
     x, xt, gram = borrow((x, xt, gram))
-    np.dot(x, xt, gram)
+    matmul(x, xt, gram)
     n = x.shape[0]
     low = np.inf
     for i in range(n):
@@ -226,7 +227,7 @@ def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     if shared_rows and not flow.causal and exponential:
         return _exp_energy_sums(beta, ws.rowmax[h], ws.rowsum[h], ws.f[h], flow.normalised, xdot)
     _softmax_parts(flow, h, beta, False, ws, sc)
-    np.dot(sc.p, ws.y[h], sc.py)
+    matmul(sc.p, ws.y[h], sc.py)
     return _exp_energy_sums(beta, sc.m, sc.z, sc.py, True, xdot)
 
 
@@ -269,7 +270,7 @@ def _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     if shared_rows and not flow.causal and not flow.normalised and flow.weights == Weights.SIGMOID:
         rate = _frobenius(xdot, ws.f[h])
     else:
-        np.dot(coeff, ws.y[h], sc.py)
+        matmul(coeff, ws.y[h], sc.py)
         rate = _frobenius(xdot, sc.py)
     return energy / (2.0 * beta * n), rate / n
 
@@ -295,7 +296,7 @@ def _score_rates(xdot, ws, sc):
     """
     H = ws.y.shape[0]
     transpose_into(xdot, sc.xdt)
-    np.dot(ws.y_rows, sc.xdt, sc.sdot_rows)
+    matmul(ws.y_rows, sc.xdt, sc.sdot_rows)
     for h in range(H):
         _add_transpose(sc.sdot[h])
 
