@@ -255,9 +255,9 @@ def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
     v[:] = 0.0
     if hd.form != Form.FACTORED:
         # Every head's scores in one product, s^h_ij = <M_h x_i, x_j> = ([Y_1; ...; Y_H] X^T)_(h,i),j,
-        # the same dot products as a call per head (bit-identical): the field 15% faster at n = 128,
-        # d = 64, H = 4, 3% at n = d = 8, H = 2, but 7% slower at n = d = 64, H = 8, where OpenBLAS's
-        # small-matrix kernel suits the heads' own products better (measured).
+        # the same dot products as a call per head (bit-identical): a field evaluation 7% faster at
+        # n = d = 8, H = 2, 1% at n = 128, d = 64, H = 4, but 8% slower at n = d = 64, H = 8, where
+        # OpenBLAS's small-matrix kernel suits the heads' own products better (measured, README).
         for h in range(H):
             head_rows(x, hd, h, ws)
         matmul(ws.y_rows, ws.xt, ws.w_rows)
