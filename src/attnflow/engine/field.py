@@ -44,21 +44,21 @@ Flow = namedtuple("Flow", "weights normalised over_n energy entropy causal spher
 #   sraw (H, n, n) raw scores s^h_ij (kept only when asked)
 #   rowmax, rowsum (H, n)  softmax shift m_i and normaliser Z_i (see ``attention_weights``)
 #   f (H, n, d)    head outputs f^h_i;  v (n, d) velocity before projection;  xv (n, d) X V_h^T
-#   y_rows (H n, d), w_rows (H n, n)   y and w with the heads' rows stacked (views, made once: numba's
+#   y_rows (H n, d)  y with the heads' rows stacked, for the score rates (a view made once: numba's
 #                  reshape calls a C helper, 3% of a small cell's run when taken per evaluation)
-Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv y_rows w_rows")
+Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv y_rows")
 
 
 @numba.njit(cache=True)
 def workspace(n, d, H, r, keep_scores, separate_values):
-    y, w = np.empty((H, n, d)), np.empty((H, n, n))
+    y = np.empty((H, n, d))
     return Workspace(
         np.empty((d, n)), y, np.empty((H, n, r)), np.empty((H, n, r)),
-        np.empty((H, r, n)), np.empty((n, r)), w,
+        np.empty((H, r, n)), np.empty((n, r)), np.empty((H, n, n)),
         np.empty((H, n, n)) if keep_scores else np.empty((0, 0, 0)),
         np.zeros((H, n)), np.zeros((H, n)), np.empty((H, n, d)), np.empty((n, d)),
         np.empty((n, d)) if separate_values else np.empty((0, 0)),
-        y.reshape(H * n, d), w.reshape(H * n, n),
+        y.reshape(H * n, d),
     )
 
 
@@ -253,14 +253,6 @@ def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
     transpose_into(x, ws.xt)
     v = ws.v
     v[:] = 0.0
-    if hd.form != Form.FACTORED:
-        # Every head's scores in one product, s^h_ij = <M_h x_i, x_j> = ([Y_1; ...; Y_H] X^T)_(h,i),j,
-        # the same dot products as a call per head (bit-identical): a field evaluation 7% faster at
-        # n = d = 8, H = 2, 1% at n = 128, d = 64, H = 4, but 8% slower at n = d = 64, H = 8, where
-        # OpenBLAS's small-matrix kernel suits the heads' own products better (measured, README).
-        for h in range(H):
-            head_rows(x, hd, h, ws)
-        matmul(ws.y_rows, ws.xt, ws.w_rows)
     for h in range(H):
         s = ws.w[h]
         if hd.form == Form.FACTORED:
@@ -274,6 +266,13 @@ def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
             matmul(zl, zt, s)  # s_ij = <x_i, M_h x_j> = z_i^T diag(e) z_j
             if need_rows:
                 head_rows(x, hd, h, ws)
+        else:
+            # A product per head, not one for every head ([Y_1; ...; Y_H] X^T): OpenBLAS computes
+            # rows at the tail of a block with another kernel, so a head's scores would depend on
+            # where its rows sit in the stack (last bits, at n = 3 or 17, say), and the one product
+            # gained 7% at n = d = 8 and lost 8% at n = d = 64, H = 8 (measured).
+            head_rows(x, hd, h, ws)
+            matmul(ws.y[h], ws.xt, s)  # s_ij = <M_h x_i, x_j>
         if keep_scores:
             copy_into(ws.sraw[h], s)
         attention_weights(flow, s, beta, ws.rowmax[h], ws.rowsum[h])
