@@ -46,3 +46,21 @@ def test_matmul_refuses_what_is_not_a_c_contiguous_float64_matrix():
     a = np.ones((3, 3))
     with pytest.raises(numba.TypingError):
         _both(a.T, a, np.empty((3, 3)), np.empty((3, 3)))
+
+
+def test_matmul_with_shapes_that_do_not_match_writes_nan_not_past_the_arrays():
+    a, b = np.ones((3, 4)), np.ones((5, 2))  # inner dimensions 4 and 5
+    through_dot, through_matmul = np.zeros((3, 2)), np.zeros((3, 2))
+    with pytest.raises(ValueError):  # np.dot refuses; matmul must not call BLAS on it
+        _both(a, b, through_dot, through_matmul)
+    out = np.zeros((3, 2))
+    _matmul_only(a, b, out)
+    assert np.isnan(out).all()
+    out = np.zeros((2, 2))  # an output of the wrong shape for a (3, 4) @ (4, 2) product
+    _matmul_only(np.ones((3, 4)), np.ones((4, 2)), out)
+    assert np.isnan(out).all()
+
+
+@numba.njit
+def _matmul_only(a, b, out):
+    matmul(a, b, out)

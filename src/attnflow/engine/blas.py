@@ -68,10 +68,21 @@ def _dgemm(typingctx, a, b, out):
 
 @numba.njit(cache=True, inline="always")
 def matmul(a, b, out):
-    """``out = a @ b`` for C-contiguous float64 matrices of matching shapes (``np.dot(a, b, out)``, without
-    its checks: the engine's buffers have their shapes by construction)."""
+    """``out = a @ b`` for C-contiguous float64 matrices (``np.dot(a, b, out)`` without its wrapper).
+
+    Shapes that do not match (a bug in the caller: the engine's buffers have their shapes by
+    construction) fill ``out`` with NaN, which the finite check of every result reports, rather than
+    letting BLAS read or write past an array (``np.dot`` would raise; a raise costs each caller
+    compile time and speed, see ``field.attention_weights``). Dimensions stay far below 2^31, the
+    range of BLAS's integers, for any cell the resources allow.
+    """
     m, k = a.shape
     n = b.shape[1]
+    if b.shape[0] != k or out.shape[0] != m or out.shape[1] != n:
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[i, j] = np.nan
+        return
     if m <= 1 or n <= 1 or k == 0:
         # A row or a column: np.dot takes a matrix-vector product there (another summation, so
         # another result in the last bit), and handles the empty cases; keep its results.
