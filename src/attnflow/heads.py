@@ -114,10 +114,15 @@ class HeadStructure:
 def _unit_symmetric(seeds, count: int, d: int) -> np.ndarray:
     """Per seed, from its heads stream, ``count`` symmetric Gaussian matrices scaled to operator norm 1:
     (S, count, d, d)."""
+    # In place where it can be: a whole cell's matrices at large d are the memory the cost model
+    # budgets, so at most two copies of them live at once (the products as 0.5 (g + g^T) were).
     g = np.stack([stream(seed, "heads").standard_normal((count, d, d)) for seed in seeds])
-    s = 0.5 * (g + np.swapaxes(g, -1, -2))
+    s = g + np.swapaxes(g, -1, -2)
+    del g
+    s *= 0.5
     # The operator norm of a symmetric matrix is its largest |eigenvalue|.
-    return s / np.abs(np.linalg.eigvalsh(s)).max(axis=-1)[..., None, None]
+    s /= np.abs(np.linalg.eigvalsh(s)).max(axis=-1)[..., None, None]
+    return s
 
 
 def _scalar(cell, lambdas, seeds):
@@ -125,8 +130,9 @@ def _scalar(cell, lambdas, seeds):
 
 
 def _random(cell, lambdas, seeds):
-    return HeadMatrices(lambdas,
-                        score_matrices=lambdas[:, :, None, None] * _unit_symmetric(seeds, cell.H, cell.d))
+    m = _unit_symmetric(seeds, cell.H, cell.d)
+    m *= lambdas[:, :, None, None]
+    return HeadMatrices(lambdas, score_matrices=m)
 
 
 def _block_diagonal(cell, lambdas):
@@ -143,9 +149,10 @@ def _block(cell, lambdas, seeds):
 
 
 def _perturbed_block(cell, lambdas, seeds):
-    m = _block_diagonal(cell, lambdas)[..., None] * np.eye(cell.d)
-    m += cell.delta * _unit_symmetric(seeds, cell.H, cell.d)
-    return HeadMatrices(lambdas, score_matrices=m)
+    perturbation = _unit_symmetric(seeds, cell.H, cell.d)
+    perturbation *= cell.delta
+    perturbation += _block_diagonal(cell, lambdas)[..., None] * np.eye(cell.d)
+    return HeadMatrices(lambdas, score_matrices=perturbation)
 
 
 def _blocks_fit(cell):
