@@ -71,7 +71,7 @@ def recorded_bytes(cell: Cell) -> int:
 def cell_bytes(cell: Cell) -> int:
     """Bytes of the arrays one cell's simulation holds: recorded variables, score matrices, buffers."""
     recorded = recorded_bytes(cell)
-    matrices = 3 * head_entries(cell) * 8  # built, stacked, stored
+    matrices = 3 * head_entries(cell) * 8  # building (two copies at its peak), then stored
     buffers = 2 * (4 * cell.H * cell.n * cell.n + 8 * cell.H * cell.n * cell.d) * 8  # two threads
     return int(recorded + matrices + buffers)
 

@@ -12,7 +12,7 @@ from .engine import IntegrationError, solve
 from .heads import Form, head_matrices
 from .observables import variables
 from .resources import oversized
-from .tokens import initial_tokens
+from .tokens import initial_tokens, unit_rows
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
 _SPHERE_TOLERANCE = 1e-8
@@ -324,7 +324,7 @@ def _check_x0(cell, x0):
         off = np.max(np.abs(np.linalg.norm(x0, axis=-1) - 1.0))
         if off > _SPHERE_TOLERANCE:
             raise ValueError(f"x0: tokens are not on the unit sphere (max | ||x_i|| - 1 | = {off:.3g})")
-        x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
+        x0 = unit_rows(x0)
     return x0
 
 

@@ -21,9 +21,13 @@ class Init:
     seeded: bool = False  # draws from the seed's random stream (else every seed starts alike)
 
 
-def _uniform(cell, seeds):
-    x = np.stack([stream(seed, "tokens").standard_normal((cell.n, cell.d)) for seed in seeds])
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` with every row (a token, the last axis) scaled to unit norm."""
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _uniform(cell, seeds):
+    return unit_rows(np.stack([stream(seed, "tokens").standard_normal((cell.n, cell.d)) for seed in seeds]))
 
 
 def _every_seed(x, seeds):
@@ -43,7 +47,7 @@ def equiangular_tokens(n: int, d: int, gamma0: float) -> np.ndarray:
     gram = (1.0 - gamma0) * np.eye(n) + gamma0 * np.ones((n, n))
     x[:, :n] = np.linalg.cholesky(gram)
     # Rows of the Cholesky factor have unit norm up to round-off; make it exact.
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+    return unit_rows(x)
 
 
 def typical_cosine(d: int) -> float:
@@ -69,9 +73,9 @@ def _embedding(cell, seeds):
     from .trained import embedding
 
     table = embedding(cell.weights)
-    x = np.stack([table[np.sort(stream(seed, "embedding").choice(table.shape[0], size=cell.n, replace=False))]
-                  for seed in seeds])
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+    return unit_rows(np.stack([
+        table[np.sort(stream(seed, "embedding").choice(table.shape[0], size=cell.n, replace=False))]
+        for seed in seeds]))
 
 
 def _embedding_check(cell):

@@ -210,9 +210,10 @@ def _blank_unreached(out: Outputs, reached: np.ndarray) -> None:
     """NaN (-1 for counts) at the samples a trajectory never reached: ``reached`` is (B, T)."""
     if reached.all():
         return
+    unreached = ~reached
     for array in out:
         if array.size:
-            array[~reached] = np.nan if array.dtype.kind == "f" else -1
+            array[unreached] = np.nan if array.dtype.kind == "f" else -1
 
 
 def _writable(a) -> np.ndarray:
