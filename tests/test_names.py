@@ -96,3 +96,17 @@ def test_no_two_classes_of_the_package_share_a_name():
                 continue
             where.setdefault(name, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+
+
+def test_the_builders_take_a_batch_of_seeds_and_refuse_one_int_by_name():
+    import pytest
+
+    from attnflow import Cell
+    from attnflow.tokens import initial_tokens
+
+    cell = Cell(H=2, n=3, d=4, heads="random", seeds=2)
+    for build, name in ((head_matrices, "head_matrices"), (initial_tokens, "initial_tokens")):
+        with pytest.raises(TypeError, match=rf"{name}: seeds = 0: give a sequence of seeds, \[0\] for one"):
+            build(cell, 0)
+    assert head_matrices(cell, [0, 1]).score_matrices.shape == (2, 2, 4, 4)
+    assert initial_tokens(cell, (1,)).shape == (1, 3, 4)

@@ -21,7 +21,7 @@ from enum import IntEnum
 import numpy as np
 
 from .registry import Registry
-from .streams import stream
+from .streams import seed_batch, stream
 
 
 class Form(IntEnum):
@@ -243,5 +243,5 @@ def head_matrices(cell, seeds) -> HeadMatrices:
     leading axis of one entry per seed, or 1 where every seed shares them)."""
     from .strengths import head_strengths
 
-    seeds = tuple(seeds)
+    seeds = seed_batch(seeds, "head_matrices")
     return HEADS.get(cell.heads).build(cell, np.stack([head_strengths(cell, s) for s in seeds]), seeds)

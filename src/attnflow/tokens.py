@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .registry import Registry
-from .streams import stream
+from .streams import seed_batch, stream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,4 +111,4 @@ INITS: Registry[Init] = Registry("init", [
 def initial_tokens(cell, seeds) -> np.ndarray:
     """Initial positions on the unit sphere of ``seeds`` (a sequence of ints), drawn in one call:
     shape ``(S, n, d)``."""
-    return INITS.get(cell.init).draw(cell, tuple(seeds))
+    return INITS.get(cell.init).draw(cell, seed_batch(seeds, "initial_tokens"))
