@@ -1,10 +1,11 @@
-"""``engine.blas.matmul``: BLAS's dgemm called directly, bit for bit what numba's ``np.dot`` gives."""
+"""``engine.blas.matmul``: BLAS's dgemm called directly, bit for bit what numba's ``np.dot`` gives up to
+10^6 multiply-adds, and in panels of rows above (the panels' rules, and the product they make)."""
 
 import numba
 import numpy as np
 import pytest
 
-from attnflow.engine.blas import matmul
+from attnflow.engine.blas import PANEL_OPERAND, SMALL_PRODUCT, matmul, panel_rows
 
 
 @numba.njit
@@ -19,7 +20,7 @@ def _per_head(a, b, out):
         matmul(a[h], b[h], out[h])
 
 
-@pytest.mark.parametrize("shape", [(8, 8, 8), (16, 8, 8), (33, 17, 5), (128, 64, 128), (2, 3, 2),
+@pytest.mark.parametrize("shape", [(8, 8, 8), (16, 8, 8), (33, 17, 5), (100, 100, 100), (2, 3, 2),
                                    (1, 5, 7), (7, 5, 1), (1, 1, 1), (4, 0, 3), (0, 3, 4), (3, 4, 0)])
 def test_matmul_is_np_dot_bit_for_bit(shape):
     m, k, n = shape
@@ -64,3 +65,27 @@ def test_matmul_with_shapes_that_do_not_match_writes_nan_not_past_the_arrays():
 @numba.njit
 def _matmul_only(a, b, out):
     matmul(a, b, out)
+
+
+@pytest.mark.parametrize("shape", [(128, 64, 128), (301, 40, 100), (512, 64, 128), (1000, 16, 1000)])
+def test_matmul_in_panels_is_the_product(shape):
+    m, k, n = shape
+    rows = panel_rows(m, k, n)
+    assert 2 <= rows < m  # these shapes are taken in panels
+    rng = np.random.default_rng(m + k + n)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    out = np.full((m, n), np.nan)
+    _matmul_only(a, b, out)
+    # Every row written (the panels cover the matrix), each the product to round-off of k terms of O(1).
+    np.testing.assert_allclose(out, a @ b, rtol=0, atol=1e-12 * k)
+
+
+def test_panel_rows():
+    # Whole up to SMALL_PRODUCT multiply-adds, or when the right operand outgrows PANEL_OPERAND entries;
+    # otherwise panels of at most SMALL_PRODUCT multiply-adds, of at least 61 rows.
+    assert panel_rows(100, 100, 100) == 100
+    assert panel_rows(32, 512, 512) == 32  # b has 262144 entries
+    assert panel_rows(128, 64, 128) == SMALL_PRODUCT // (64 * 128) == 122
+    for m, k, n in [(128, 64, 128), (4096, 128, 128), (1000, 16, 1000), (65, 128, 128)]:
+        rows = panel_rows(m, k, n)
+        assert k * n <= PANEL_OPERAND and rows * k * n <= SMALL_PRODUCT and rows >= 61
