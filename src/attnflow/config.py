@@ -345,7 +345,7 @@ def check_inputs(experiment: Experiment, spec: Spec) -> None:
 def points_of(spec: Spec) -> list[Point]:
     """The grid points of a spec (``attnflow.sweep.point``); a cell ``Cell`` refuses is a
     ``ConfigError`` naming the experiment and the grid point, then Cell's own message (the field)."""
-    from .resources import oversized, size_key
+    from .resources import oversized, size
 
     points, sized = [], set()
     for coords in spec.coordinates():
@@ -357,10 +357,10 @@ def points_of(spec: Spec) -> list[Point]:
         except ValueError as err:
             raise ConfigError(f"experiments.{spec.name}{at}: {err}") from None
         cell = points[-1].cell
-        key = size_key(cell)
-        if key not in sized:
-            sized.add(key)
-            too_large = oversized(cell)
+        of = size(cell)
+        if of not in sized:
+            sized.add(of)
+            too_large = oversized(of)
             if too_large:
                 raise ConfigError(f"experiments.{spec.name}{at}: {too_large}")
     return points

@@ -15,6 +15,7 @@ each shipped config (tests/test_resources.py); a retry asks for more
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from collections.abc import Iterable
 
 import numpy as np
@@ -59,34 +60,45 @@ def rank(cell: Cell) -> int:
     return structure.rank(cell) if structure.rank else cell.d
 
 
-def recorded_bytes(cell: Cell) -> int:
-    """Bytes of the variables one cell records (what its store holds)."""
-    sizes = {"head": cell.H, "token": cell.n, "dim": cell.d}
+# What a cell's memory depends on. ``size`` is the one place that reads it from a cell; the byte counts
+# below are functions of it alone, so cells of one size need the same memory (a grid of 10^5 cells has
+# a handful of sizes, and config validation sizes each once).
+Size = namedtuple("Size", "n_seeds n_samples n d H observables head_entries")
+
+
+def size(cell: Cell) -> Size:
+    return Size(cell.n_seeds, cell.n_samples, cell.n, cell.d, cell.H, cell.observables, head_entries(cell))
+
+
+def _recorded(of: Size) -> int:
+    sizes = {"head": of.H, "token": of.n, "dim": of.d}
     # math.prod: exact for any size (an absurd config must be sized, not overflow int64), and fast
     per_sample = sum(math.prod(sizes[d] for d in v.dims) * np.dtype(v.dtype).itemsize
-                     for v in variables(cell.observables))
-    return cell.n_seeds * cell.n_samples * per_sample
+                     for v in variables(of.observables))
+    return of.n_seeds * of.n_samples * per_sample
+
+
+def _held(of: Size) -> int:
+    matrices = 3 * of.head_entries * 8  # building (two copies at its peak), then stored
+    buffers = 2 * (4 * of.H * of.n * of.n + 8 * of.H * of.n * of.d) * 8  # two threads
+    return int(_recorded(of) + matrices + buffers)
+
+
+def recorded_bytes(cell: Cell) -> int:
+    """Bytes of the variables one cell records (what its store holds)."""
+    return _recorded(size(cell))
 
 
 def cell_bytes(cell: Cell) -> int:
     """Bytes of the arrays one cell's simulation holds: recorded variables, score matrices, buffers."""
-    recorded = recorded_bytes(cell)
-    matrices = 3 * head_entries(cell) * 8  # building (two copies at its peak), then stored
-    buffers = 2 * (4 * cell.H * cell.n * cell.n + 8 * cell.H * cell.n * cell.d) * 8  # two threads
-    return int(recorded + matrices + buffers)
+    return _held(size(cell))
 
 
-def size_key(cell: Cell) -> tuple:
-    """The fields ``cell_bytes`` reads: cells that share them are the same size (a grid of 10^5 cells
-    has a handful of sizes, so validation sizes each once)."""
-    return (cell.n_seeds, cell.n_samples, cell.n, cell.d, cell.H, cell.observables, cell.heads,
-            cell.lambda_dist, cell.values, cell.weights, cell.layer, cell.head_subset, cell.model_heads)
-
-
-def oversized(cell: Cell) -> str | None:
-    """Why a cell's arrays could not fit in any machine's memory (``MAX_CELL_BYTES``), or None: checked
-    before anything is allocated, by config validation and by ``simulate()``."""
-    needed = cell_bytes(cell)
+def oversized(cell: Cell | Size) -> str | None:
+    """Why a cell's arrays (or those of a cell of this ``Size``) could not fit in any machine's memory
+    (``MAX_CELL_BYTES``), or None: checked before anything is allocated, by config validation and by
+    ``simulate()``."""
+    needed = _held(cell if isinstance(cell, Size) else size(cell))
     if needed <= MAX_CELL_BYTES:
         return None
     return (f"its arrays need {needed / 2**30:.3g} GiB (seeds x n_samples x the recorded variables, the "
@@ -154,4 +166,4 @@ def runtime_minutes(cells: Iterable[Cell], attempt: int = 1) -> int:
 
 
 __all__ = ["MAX_CELL_BYTES", "cell_bytes", "cell_seconds", "memory_mb", "oversized", "recorded_bytes",
-           "runtime_minutes", "size_key", "steps"]
+           "runtime_minutes", "size", "steps"]
