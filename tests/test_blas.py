@@ -5,7 +5,10 @@ import numba
 import numpy as np
 import pytest
 
-from attnflow.engine.blas import PANEL_OPERAND, SMALL_PRODUCT, matmul, panel_rows
+from attnflow.engine.blas import PANEL_OPERAND, PANELS, SMALL_PRODUCT, matmul, panel_rows
+from attnflow.engine.field import transpose_into
+
+needs_panels = pytest.mark.skipif(not PANELS, reason="BLAS is not an OpenBLAS with AVX-512 kernels")
 
 
 @numba.njit
@@ -67,6 +70,7 @@ def _matmul_only(a, b, out):
     matmul(a, b, out)
 
 
+@needs_panels
 @pytest.mark.parametrize("shape", [(128, 64, 128), (301, 40, 100), (512, 64, 128), (1000, 16, 1000)])
 def test_matmul_in_panels_is_the_product(shape):
     m, k, n = shape
@@ -80,6 +84,7 @@ def test_matmul_in_panels_is_the_product(shape):
     np.testing.assert_allclose(out, a @ b, rtol=0, atol=1e-12 * k)
 
 
+@needs_panels
 def test_panel_rows():
     # Whole up to SMALL_PRODUCT multiply-adds, or when the right operand outgrows PANEL_OPERAND entries;
     # otherwise panels of at most SMALL_PRODUCT multiply-adds, of at least 61 rows.
@@ -89,3 +94,24 @@ def test_panel_rows():
     for m, k, n in [(128, 64, 128), (4096, 128, 128), (1000, 16, 1000), (65, 128, 128)]:
         rows = panel_rows(m, k, n)
         assert k * n <= PANEL_OPERAND and rows * k * n <= SMALL_PRODUCT and rows >= 61
+
+
+def test_panel_rows_without_the_unpacked_kernels(monkeypatch):
+    # Another BLAS (or OpenBLAS on AVX2 kernels, where panels were slower): every product is one call.
+    monkeypatch.setattr("attnflow.engine.blas.PANELS", False)
+    assert panel_rows.py_func(128, 64, 128) == 128
+
+
+@numba.njit
+def _transpose(x, xt):
+    transpose_into(x, xt)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 5000), (5000, 1), (8, 8), (64, 64), (65, 64), (300, 16),
+                                   (129, 65)])
+def test_transpose_into(shape):
+    # Both walks (up to 4096 entries, and by rows of eight above, n not a multiple of 8 included): a copy.
+    x = np.random.default_rng(sum(shape)).standard_normal(shape)
+    xt = np.full(shape[::-1], np.nan)
+    _transpose(x, xt)
+    assert np.array_equal(xt, x.T)

@@ -39,6 +39,10 @@ CELLS = {
                                    t_max=40.0, n_samples=5, observables=["energy"]),
     "usa_flat": dict(H=2, n=5, d=4, beta=1.0, heads="random", attention="usa", geometry="flat", seeds=1,
                      t_max=0.3, n_samples=4, observables=["energy"]),
+    # Products above 10^6 multiply-adds (in panels of rows where BLAS has the unpacked kernels) and
+    # tokens transposed by rows of eight (n d > 4096, n not a multiple of 8).
+    "softmax_random_300_tokens": dict(H=1, n=300, d=16, beta=1.0, heads="random", attention="softmax",
+                                      seeds=1, t_max=0.2, n_samples=3, observables=["energy"]),
 }
 VARIABLES = ("t_cluster", "energy", "gamma_mean", "n_steps")
 

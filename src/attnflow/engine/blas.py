@@ -5,21 +5,25 @@ BLAS ``threadpoolctl`` limits) through a generic wrapper: layout checks, then a
 helper that dispatches on the dtype, then the call. On the small products of a
 small cell the wrapper cost as much as the product: an 8x8x8 product took 60 ns
 through ``np.dot`` and 32 ns through ``matmul`` (measured), a fifth of a field
-evaluation at n = d = 8. The arithmetic is BLAS's own either way, so results are
-bit-identical.
+evaluation at n = d = 8. Up to 10^6 multiply-adds the call is the one ``np.dot``
+makes, so results are bit-identical to it.
 
 The kernels call the symbol ``attnflow_dgemm``, registered with the JIT's linker
 in each process (``llvmlite.binding.add_symbol``) as numba does for its own
 helpers: compiled code cached on disk names the symbol, not an address.
 
 A product above 10^6 multiply-adds whose right operand is small is taken in
-panels of rows (``panel_rows``). OpenBLAS, on CPUs with AVX-512, computes a
-product of at most 10^6 multiply-adds with a kernel that reads the operands in
-place; a larger one is first copied into packed blocks, which at these sizes
-costs more than it saves. The scores ``Y X^T`` and the head output ``W Y`` of a
-cell of 128 tokens in d = 64 took 31 us each, in two panels 22 us (one thread,
-measured), and a field evaluation there 17% less time. Each entry of a panel is
-the same sum over ``k`` as in the whole product.
+panels of rows (``panel_rows``) where BLAS is an OpenBLAS with AVX-512 kernels:
+it computes a product of at most 10^6 multiply-adds with a kernel that reads the
+operands in place, and first copies a larger one into packed blocks, which at
+these sizes costs more than it saves. The scores ``Y X^T`` and the head output
+``W Y`` of a cell of 128 tokens in d = 64 took 31 us each, in two panels 22 us
+(one thread, measured), and a field evaluation there 17% less time. On AVX2
+kernels (OpenBLAS told to use Haswell's) panels were 6-22% slower, and other
+BLAS libraries have no such bound: there every product is one call. The unpacked
+kernel sums each entry's products in another order than the packed one on some
+shapes (300 x 16 x 300: 2% of the entries differ in the last bit), hence
+``NUMERICS_VERSION`` 3.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import get_cython_function_address, intrinsic
+
+from .borrow import borrow
 
 _SYMBOL = "attnflow_dgemm"
 llvm.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_blas", "dgemm"))
@@ -75,8 +81,22 @@ def _dgemm(typingctx, a, b, out):
     return types.none(a, b, out), codegen
 
 
-# OpenBLAS's bound for its unpacked kernels (kernel/x86_64/dgemm_small_kernel_permit_skylakex.c).
+# OpenBLAS's bound for its unpacked kernels (kernel/x86_64/dgemm_small_kernel_permit_skylakex.c), and
+# the cores that have them (OpenBLAS's names, as threadpoolctl reports them).
 SMALL_PRODUCT = 1_000_000
+UNPACKED_KERNEL_CORES = frozenset({"SkylakeX", "Cooperlake", "SapphireRapids"})
+
+
+def _has_unpacked_kernels() -> bool:
+    """Whether the BLAS loaded in this process is an OpenBLAS running AVX-512 kernels (8 ms, once)."""
+    from threadpoolctl import threadpool_info
+
+    return any(lib.get("internal_api") == "openblas" and lib.get("architecture") in UNPACKED_KERNEL_CORES
+               for lib in threadpool_info())
+
+
+# A constant of the compiled code: numba's cache is keyed by the CPU, whose cores decide OpenBLAS's kernels.
+PANELS = _has_unpacked_kernels()
 # Panels only while the right operand stays in cache (128 KiB): the unpacked kernel reads it again for
 # each panel. With a larger one (32 tokens in d = 512: X M_h in 11 panels of 3 rows) a field evaluation
 # took 3.5 times as long (measured).
@@ -85,16 +105,18 @@ PANEL_OPERAND = 16_384
 
 @numba.njit(cache=True, inline="always")
 def panel_rows(m, k, n):
-    """The most rows of ``a`` (m, k) per ``dgemm`` call in ``a @ b``, ``b`` (k, n): all ``m`` unless the
-    product is above ``SMALL_PRODUCT`` and ``b`` at most ``PANEL_OPERAND`` entries, then at least 61."""
-    if m * k * n <= SMALL_PRODUCT or k * n > PANEL_OPERAND:
+    """The most rows of ``a`` (m, k) per ``dgemm`` call in ``a @ b``, ``b`` (k, n): all ``m`` unless BLAS
+    has the unpacked kernels (``PANELS``), the product is above ``SMALL_PRODUCT`` and ``b`` has at most
+    ``PANEL_OPERAND`` entries; then at least 61."""
+    if not PANELS or m * k * n <= SMALL_PRODUCT or k * n > PANEL_OPERAND:
         return m
     return SMALL_PRODUCT // (k * n)
 
 
 @numba.njit(cache=True, inline="always")
 def matmul(a, b, out):
-    """``out = a @ b`` for C-contiguous float64 matrices (``np.dot(a, b, out)`` without its wrapper).
+    """``out = a @ b`` for C-contiguous float64 matrices (``np.dot(a, b, out)`` without its wrapper; in
+    panels of rows above 10^6 multiply-adds where ``panel_rows`` says so).
 
     Shapes that do not match (a bug in the caller: the engine's buffers have their shapes by
     construction) fill ``out`` with NaN, which the finite check of every result reports, rather than
@@ -117,8 +139,16 @@ def matmul(a, b, out):
     rows = panel_rows(m, k, n)
     if rows >= m:
         _dgemm(a, b, out)
-        return
-    # Panels of balanced sizes, each at most `rows`.
+    else:
+        _in_panels(a, b, out, rows)
+
+
+@numba.njit(cache=True, inline="never")
+def _in_panels(a, b, out, rows):
+    """``out = a @ b`` in balanced panels of at most ``rows`` rows. Not inlined: one copy of the loop,
+    not one at each of the engine's 15 products, whose compilation it made 6-8 s longer (measured)."""
+    a, b, out = borrow((a, b, out))
+    m = a.shape[0]
     count = (m + rows - 1) // rows
     start = 0
     for panel in range(count):

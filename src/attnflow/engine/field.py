@@ -216,15 +216,24 @@ def copy_into(dst, src):
 
 @numba.njit(cache=True, inline="always")
 def transpose_into(x, xt):
-    """``xt[:, :] = x.T``. Above 4096 entries (L1's 32 KiB) by rows of eight tokens, so that each write
-    fills a cache line: a plain column walk took 15 us for 128 tokens in d = 64, the tiles 4.3 us, and
-    below that size the plain walk is twice as fast as the tiles (measured)."""
+    """``xt[:, :] = x.T``: a plain column walk up to 4096 entries (L1's 32 KiB), by rows of eight
+    tokens above (``_transpose_by_rows``)."""
     n, d = x.shape
-    if n * d <= 4096:
-        for i in range(n):
-            for k in range(d):
-                xt[k, i] = x[i, k]
+    if n * d > 4096:
+        _transpose_by_rows(x, xt)
         return
+    for i in range(n):
+        for k in range(d):
+            xt[k, i] = x[i, k]
+
+
+@numba.njit(cache=True, inline="never")
+def _transpose_by_rows(x, xt):
+    """``xt[:, :] = x.T`` by rows of eight tokens, so that each write fills a cache line: a plain
+    column walk took 15 us for 128 tokens in d = 64, this 4.3 us, and below 4096 entries the plain
+    walk is twice as fast (measured). Not inlined: one copy of the loop for the engine's transposes."""
+    x, xt = borrow((x, xt))
+    n, d = x.shape
     for i0 in range(0, n, 8):
         i1 = min(i0 + 8, n)
         for k in range(d):
