@@ -8,7 +8,8 @@ function it calls: ``solve_batch`` (dopri.py) carries ``field`` (field.py) and
 field.py alone, numba would load the old ``solve_batch``, old field included,
 and results computed by old code would be stored under the new numerics
 version. Here every engine function's cache entry is stamped with one hash
-over all those sources, so a change in any of them recompiles the engine.
+over all those sources (and the one setting the BLAS decides, ``engine_stamp``),
+so a change in any of them recompiles the engine.
 """
 
 from __future__ import annotations
@@ -40,8 +41,12 @@ def stamp(paths) -> bytes:
 
 @functools.cache
 def engine_stamp() -> bytes:
-    """``stamp(sources())``, once per process."""
-    return stamp(sources())
+    """``stamp(sources())`` and ``blas.PANELS``, once per process: whether products go in panels is a
+    constant of the compiled code that the BLAS in the process decides (``OPENBLAS_CORETYPE``, say),
+    not a source."""
+    from .blas import PANELS
+
+    return stamp(sources()) + bytes([PANELS])
 
 
 class _EngineStamped:
