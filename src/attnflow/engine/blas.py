@@ -95,7 +95,7 @@ def _has_unpacked_kernels() -> bool:
                for lib in threadpool_info())
 
 
-# A constant of the compiled code: numba's cache is keyed by the CPU, whose cores decide OpenBLAS's kernels.
+# A constant of the compiled code; the engine's cache is stamped with it (engine/cache.py).
 PANELS = _has_unpacked_kernels()
 # Panels only while the right operand stays in cache (128 KiB): the unpacked kernel reads it again for
 # each panel. With a larger one (32 tokens in d = 512: X M_h in 11 panels of 3 rows) a field evaluation
