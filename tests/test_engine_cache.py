@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 
-from attnflow.engine import blas, cache, dopri, expo, field, measure
+from attnflow.engine import blas_info, cache, dopri, expo, field, measure
 
 
 def test_every_engine_function_is_stamped_with_all_engine_sources():
@@ -13,7 +13,7 @@ def test_every_engine_function_is_stamped_with_all_engine_sources():
     for kernel in (dopri.solve_batch, dopri.observe_batch, field.field, measure.measure, expo.exp_inplace):
         locator = kernel._cache._impl._locator
         assert isinstance(locator, cache._EngineStamped), type(locator)
-        assert locator.get_source_stamp() == cache.stamp(cache.sources()) + bytes([blas.PANELS])
+        assert locator.get_source_stamp() == cache.stamp(cache.sources()) + bytes([blas_info.PANELS])
     names = {path.name for path in cache.sources()}
     assert {"dopri.py", "field.py", "measure.py", "expo.py", "attention.py", "heads.py"} <= names
 

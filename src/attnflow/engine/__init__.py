@@ -10,10 +10,8 @@ configurations, without integrating.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from ..attention import ATTENTIONS, MASKS, AttentionType
 from ..heads import Form
@@ -21,6 +19,7 @@ from ..numerics import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.en
 from ..observables import GROUPS, canonical_groups, variables
 from ..tableau import DOPRI5, ButcherTableau
 from . import cache  # noqa: F401  (first: the engine's functions are cached by its locators)
+from .blas_info import loaded_blas
 from .dopri import (
     CALLS,
     DRIFT,
@@ -124,14 +123,6 @@ class EngineResult:
     form: str  # the form the score matrices were applied in (``Form.label``)
 
 
-@functools.cache
-def _blas() -> ThreadpoolController:
-    """The BLAS libraries loaded (numba's products go through scipy's): one lookup, reused."""
-    import scipy.linalg.cython_blas  # noqa: F401  the BLAS numba calls
-
-    return ThreadpoolController()
-
-
 def head_form(score_matrices, diagonal, factors, d: int) -> Form:
     """The cheapest exact form to apply the score matrices in: factored when ``r <= d/2``, diagonal
     (also dense matrices that are diagonal), or dense."""
@@ -189,7 +180,7 @@ def _span_basis(x0, form, head_arrays) -> np.ndarray | None:
     diag = head_arrays.diagonal
     if not np.all(diag == diag[..., :1]):  # diagonal, but not a multiple of the identity
         return None
-    with _blas().limit(limits=1):  # the same arithmetic whatever the machine's BLAS threads
+    with loaded_blas().limit(limits=1):  # the same arithmetic whatever the machine's BLAS threads
         return np.stack([np.linalg.qr(x.T)[0] for x in x0])
 
 
@@ -344,7 +335,7 @@ def solve(
                       0.0 if fixed_step is None else float(fixed_step))
     criterion = Criterion(int(METRICS[cluster_metric]), float(cluster_threshold), 1.0 - float(cluster_eps),
                           bool(stop_at_cluster))
-    with _blas().limit(limits=1):
+    with loaded_blas().limit(limits=1):
         run_threads(solve_batch, B, x0, head_arrays, flow, _per_trajectory(beta, B), t_eval, _method(tableau),
                     control, criterion, _sampling(groups), out, stats)
     counts, times = stats
@@ -393,7 +384,7 @@ def observe(
     _, head_arrays = _head_arrays(x, score_matrices, diagonal, factors, values)
     out = _outputs(groups, B, 1, head_arrays.H, n, d)
     drift = np.zeros(B)
-    with _blas().limit(limits=1):
+    with loaded_blas().limit(limits=1):
         run_threads(observe_batch, B, x, head_arrays, flow, _per_trajectory(beta, B), _sampling(groups),
                       1.0 - float(cluster_eps), out, drift)
     return {var.name: getattr(out, var.name)[:, 0] for var in variables(groups)}

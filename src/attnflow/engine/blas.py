@@ -35,6 +35,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import get_cython_function_address, intrinsic
 
+from .blas_info import PANELS
 from .borrow import borrow
 
 _SYMBOL = "attnflow_dgemm"
@@ -81,22 +82,9 @@ def _dgemm(typingctx, a, b, out):
     return types.none(a, b, out), codegen
 
 
-# OpenBLAS's bound for its unpacked kernels (kernel/x86_64/dgemm_small_kernel_permit_skylakex.c), and
-# the cores that have them (OpenBLAS's names, as threadpoolctl reports them).
+# OpenBLAS's bound for its unpacked kernels (kernel/x86_64/dgemm_small_kernel_permit_skylakex.c); whether
+# the BLAS has them is ``PANELS`` (blas_info.py).
 SMALL_PRODUCT = 1_000_000
-UNPACKED_KERNEL_CORES = frozenset({"SkylakeX", "Cooperlake", "SapphireRapids"})
-
-
-def _has_unpacked_kernels() -> bool:
-    """Whether the BLAS loaded in this process is an OpenBLAS running AVX-512 kernels (8 ms, once)."""
-    from threadpoolctl import threadpool_info
-
-    return any(lib.get("internal_api") == "openblas" and lib.get("architecture") in UNPACKED_KERNEL_CORES
-               for lib in threadpool_info())
-
-
-# A constant of the compiled code; the engine's cache is stamped with it (engine/cache.py).
-PANELS = _has_unpacked_kernels()
 # Panels only while the right operand stays in cache (128 KiB): the unpacked kernel reads it again for
 # each panel. With a larger one (32 tokens in d = 512: X M_h in 11 panels of 3 rows) a field evaluation
 # took 3.5 times as long (measured).

@@ -41,10 +41,10 @@ def stamp(paths) -> bytes:
 
 @functools.cache
 def engine_stamp() -> bytes:
-    """``stamp(sources())`` and ``blas.PANELS``, once per process: whether products go in panels is a
+    """``stamp(sources())`` and ``blas_info.PANELS``, once per process: whether products go in panels is a
     constant of the compiled code that the BLAS in the process decides (``OPENBLAS_CORETYPE``, say),
     not a source."""
-    from .blas import PANELS
+    from .blas_info import PANELS
 
     return stamp(sources()) + bytes([PANELS])
 
