@@ -165,7 +165,7 @@ def _share_numba_cache(installed: Path) -> None:
 
     numba keys a cached function on its source file's modification time and size, and keeps the
     cache beside the file: an installed copy would compile the engine again (about 25 s on 2 cores,
-    README), once per session, testing nothing the working tree's compile did not. The installed
+    docs/performance.md), once per session, testing nothing the working tree's compile did not. The installed
     sources are the working tree's (same bytes): they take its modification times, and the cache
     files are copied beside them (compiled_engine has compiled the solver first). Whatever the working
     tree has not compiled (or a change made since: a different size or time) the install compiles
