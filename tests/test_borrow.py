@@ -28,3 +28,27 @@ def test_a_counted_member_keeps_its_reference():
     run = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["200000.0", "2", "1.0"]
+
+
+def test_flat_is_every_entry_in_memory_order_and_writes_through():
+    import numba
+    import numpy as np
+
+    from attnflow.engine.borrow import borrow, flat
+
+    @numba.njit
+    def weighted_then_incremented(stack, j):
+        stack = borrow(stack)
+        view = flat(stack[j])  # a 2-d slice of a 3-d array, as the integrator's stages
+        total = 0.0
+        for i in range(view.size):
+            total += view[i] * (i + 1)
+            view[i] += 1.0
+        return total, view.size
+
+    stack = np.arange(2 * 3 * 5, dtype=float).reshape(2, 3, 5)
+    before = stack.copy()
+    total, size = weighted_then_incremented(stack, 1)
+    assert size == 15
+    assert total == float(np.dot(before[1].ravel(), np.arange(1, 16)))  # small integers: exact
+    assert np.array_equal(stack[1], before[1] + 1.0) and np.array_equal(stack[0], before[0])

@@ -59,3 +59,28 @@ def borrow(typingctx, value):
 def keep(value):
     """A use of ``value`` that the compiler keeps: its owner lives at least until here."""
     return value
+
+
+@intrinsic
+def flat(typingctx, array):
+    """A C-contiguous ``array`` as a borrowed 1-d view of all its entries, in memory order.
+
+    One loop over the n d entries of a small state instead of a loop per token: at n = d = 8 the
+    integrator's stage sums took half the time (measured). ``array.ravel()`` gives the same view
+    but calls numba's reshape helper each time. Borrowed, so the same rule as ``borrow`` holds.
+    """
+    if not (isinstance(array, types.Array) and array.layout == "C"):
+        return None
+    view_type = array.copy(ndim=1)
+
+    def codegen(context, builder, sig, args):
+        source = context.make_array(sig.args[0])(context, builder, value=args[0])
+        view = context.make_array(view_type)(context, builder)
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(
+            context.get_data_type(array.dtype)))
+        context.populate_array(view, data=source.data, shape=cgutils.pack_array(builder, [source.nitems]),
+                               strides=cgutils.pack_array(builder, [itemsize]), itemsize=itemsize,
+                               meminfo=None)
+        return view._getvalue()
+
+    return view_type(array), codegen

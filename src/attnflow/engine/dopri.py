@@ -17,7 +17,7 @@ from enum import IntEnum
 import numba
 import numpy as np
 
-from .borrow import borrow, keep
+from .borrow import borrow, flat, keep
 from .field import HeadArrays, copy_into, field, workspace
 from .measure import Metric, criterion_value, measure, scratch
 from .threads import take_next
@@ -56,19 +56,18 @@ Buffers = namedtuple("Buffers", "stages stage y_new err xs xs_dot weights")
 
 @numba.njit(cache=True)
 def _accumulate(row, base, stages, h, coeffs):
-    """``row = base + sum_j (h coeffs[j]) stages[j]``, stage by stage (vectorising axpys)."""
+    """``row = base + sum_j (h coeffs[j]) stages[j]``, stage by stage (vectorising axpys over the flat
+    entries)."""
     row, base, stages, coeffs = borrow((row, base, stages, coeffs))
-    n, d = row.shape
-    for i in range(n):
-        for k in range(d):
-            row[i, k] = base[i, k]
+    out, start = flat(row), flat(base)
+    for i in range(out.size):
+        out[i] = start[i]
     for j in range(coeffs.size):
         c = h * coeffs[j]
         if c != 0.0:
-            k_j = stages[j]
-            for i in range(n):
-                for k in range(d):
-                    row[i, k] += c * k_j[i, k]
+            k_j = flat(stages[j])
+            for i in range(out.size):
+                out[i] += c * k_j[i]
 
 
 @numba.njit(cache=True)
@@ -184,13 +183,14 @@ def rk_step(y, h, hd, flow, beta, method, control, buf, ws):
             field(stage, stages[s], hd, flow, beta, off, off, ws)
     if not method.fsal:
         _accumulate(y_new, y, stages, h, method.b)
-    err[:, :] = 0.0
+    e, start, end = flat(err), flat(y), flat(y_new)
+    for i in range(e.size):
+        e[i] = 0.0
     _accumulate(err, err, stages, h, method.e)
     total = 0.0
-    for i in range(n):
-        for k in range(d):
-            ratio = err[i, k] / (control.atol + control.rtol * max(abs(y[i, k]), abs(y_new[i, k])))
-            total += ratio * ratio
+    for i in range(e.size):  # the entries in memory order, token by token
+        ratio = e[i] / (control.atol + control.rtol * max(abs(start[i]), abs(end[i])))
+        total += ratio * ratio
     return np.sqrt(total / (n * d))
 
 

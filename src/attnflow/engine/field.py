@@ -17,7 +17,7 @@ import numpy as np
 from ..attention import Weights
 from ..heads import Form
 from .blas import matmul
-from .borrow import borrow
+from .borrow import borrow, flat
 from .expo import exp_inplace
 
 # The score and value matrices of one trajectory's heads as the compiled code applies them (or of a
@@ -210,12 +210,12 @@ def row_scale(flow, f, rowsum):
 
 @numba.njit(cache=True, inline="always")
 def copy_into(dst, src):
-    """``dst[:, :] = src`` for 2-d arrays of one shape. A slice assignment would do, but its shape
-    check and error message cost each function holding one seconds of compilation (measured)."""
-    n, d = src.shape
-    for i in range(n):
-        for k in range(d):
-            dst[i, k] = src[i, k]
+    """``dst[:, :] = src`` for C-contiguous 2-d arrays of one shape, entry by entry in memory order. A
+    slice assignment would do, but its shape check and error message cost each function holding one
+    seconds of compilation (measured)."""
+    to, source = flat(dst), flat(src)
+    for i in range(source.size):
+        to[i] = source[i]
 
 
 @numba.njit(cache=True, inline="always")
