@@ -59,9 +59,8 @@ def _accumulate(row, base, stages, h, coeffs):
     """``row = base + sum_j (h coeffs[j]) stages[j]``, stage by stage (vectorising axpys over the flat
     entries)."""
     row, base, stages, coeffs = borrow((row, base, stages, coeffs))
-    out, start = flat(row), flat(base)
-    for i in range(out.size):
-        out[i] = start[i]
+    copy_into(row, base)
+    out = flat(row)
     for j in range(coeffs.size):
         c = h * coeffs[j]
         if c != 0.0:
@@ -170,7 +169,6 @@ def rk_step(y, h, hd, flow, beta, method, control, buf, ws):
     stage 0; without it, ``y_new`` is its own sum. Returns the scaled RMS norm
     of the embedded error estimate (NaN for a non-finite step).
     """
-    n, d = y.shape
     stages, stage, y_new, err = buf.stages, buf.stage, buf.y_new, buf.err
     n_stages = method.a.shape[0]
     off = np.bool_(False)
@@ -191,7 +189,7 @@ def rk_step(y, h, hd, flow, beta, method, control, buf, ws):
     for i in range(e.size):  # the entries in memory order, token by token
         ratio = e[i] / (control.atol + control.rtol * max(abs(start[i]), abs(end[i])))
         total += ratio * ratio
-    return np.sqrt(total / (n * d))
+    return np.sqrt(total / e.size)
 
 
 @numba.njit(cache=True, inline="always")

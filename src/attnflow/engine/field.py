@@ -46,21 +46,19 @@ Flow = namedtuple("Flow", "weights normalised over_n energy entropy causal spher
 #   f (H, n, d)    head outputs f^h_i;  v (n, d) velocity before projection;  xv (n, d) X V_h^T
 #   y_rows (H n, d)  y with the heads' rows stacked, for the score rates (a view made once: numba's
 #                  reshape calls a C helper, 3% of a small cell's run when taken per evaluation)
-#   w_flat (H, n n)  each head's weights as one row, for the exponentials (a view made once, as y_rows)
-Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv y_rows w_flat")
+Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv y_rows")
 
 
 @numba.njit(cache=True)
 def workspace(n, d, H, r, keep_scores, separate_values):
     y = np.empty((H, n, d))
-    w = np.empty((H, n, n))
     return Workspace(
         np.empty((d, n)), y, np.empty((H, n, r)), np.empty((H, n, r)),
-        np.empty((H, r, n)), np.empty((n, r)), w,
+        np.empty((H, r, n)), np.empty((n, r)), np.empty((H, n, n)),
         np.empty((H, n, n)) if keep_scores else np.empty((0, 0, 0)),
         np.zeros((H, n)), np.zeros((H, n)), np.empty((H, n, d)), np.empty((n, d)),
         np.empty((n, d)) if separate_values else np.empty((0, 0)),
-        y.reshape(H * n, d), w.reshape(H, n * n),
+        y.reshape(H * n, d),
     )
 
 
@@ -130,10 +128,8 @@ def _mask_rows(s, causal):
 
 
 @numba.njit(cache=True, inline="always")
-def attention_weights(flow, s, flat, beta, rowmax, rowsum):
-    """Turn the scores ``s`` (n, n) into weights in place, softmax's up to a row factor; ``flat`` is
-    ``s`` as one row of n^2 (a view from the workspace: ``s.ravel()`` calls numba's reshape helper at
-    each evaluation, 1% of a small cell's run).
+def attention_weights(flow, s, beta, rowmax, rowsum):
+    """Turn the scores ``s`` (n, n) into weights in place, softmax's up to a row factor.
 
     softmax: ``exp(beta (s_ij - m_i))`` with ``m_i`` the row maximum (no
     overflow), and ``Z_i`` the row sum; the weights are these over ``Z_i``, a
@@ -186,7 +182,7 @@ def attention_weights(flow, s, flat, beta, rowmax, rowsum):
         # runs. Poison, not raise: a raise here made every field evaluation 8% slower (measured).
         s[:, :] = np.nan
     _mask_rows(s, flow.causal)  # masked entries may exceed exp's range: never exponentiate them
-    exp_inplace(flat)
+    exp_inplace(flat(s))  # not s.ravel(): numba's reshape helper cost 1% of a small cell's run
     if kind == Weights.SIGMOID:
         for i in range(n):
             for j in range(n):
@@ -298,7 +294,7 @@ def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
             matmul(ws.y[h], ws.xt, s)  # s_ij = <M_h x_i, x_j>
         if keep_scores:
             copy_into(ws.sraw[h], s)
-        attention_weights(flow, s, ws.w_flat[h], beta, ws.rowmax[h], ws.rowsum[h])
+        attention_weights(flow, s, beta, ws.rowmax[h], ws.rowsum[h])
         f = ws.f[h]
         if not hd.shared:
             matmul(x, hd.values_t[h], ws.xv)  # rows V_h x_j
