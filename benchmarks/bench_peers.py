@@ -22,6 +22,12 @@ diffrax routes: positions only (what it returns), and positions plus the
 variables ``simulate()`` records by default, computed in the same jit at the
 101 outputs from their definitions (what a researcher using diffrax would add
 to get them; checked against ``attnflow.engine.observe`` at the same states).
+And positions only under attnflow's error control: diffrax's Dopri5 estimates
+the local error with Dormand and Prince's other embedded solution, whose
+weights are 2/3 of the ones attnflow, scipy and Hairer's DOPRI5 use (exactly,
+entry by entry: ``diffrax_error_scale``), so at equal tolerances it accepts
+errors 1.5 times as large and takes fewer, less accurate steps; at its
+tolerances times 2/3 it accepts and sizes every step as attnflow does.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from reference import velocity as reference_velocity  # noqa: E402
 
 RTOL, ATOL, T_MAX, SAMPLES = 1e-6, 1e-9, 10.0, 101
 WITH_OBSERVABLES = "diffrax + same observables (jit)"
+SAME_CONTROL = "diffrax, attnflow's error control"
 CELLS = {
     "S": dict(n=8, d=8, H=2, seeds=64),
     "M": dict(n=32, d=32, H=4, seeds=64),
@@ -147,9 +154,26 @@ def jax_tangent(x, v):
     return v - jnp.sum(v * x, axis=-1, keepdims=True) * x
 
 
-def diffrax_route(cell, score_matrices, x0, beta, observables=False):
+def diffrax_error_scale():
+    """``|b_error / e|``: diffrax's Dopri5 error weights over attnflow's (``DOPRI5.e``), one constant for
+    every stage (2/3 in diffrax 0.7), or None where they are not proportional.
+
+    Both controllers accept a step when the RMS of error / (atol + rtol |y|) is at most 1 and scale
+    the next one by 0.9 times its -1/5th power, so diffrax at tolerances times this constant takes
+    the steps attnflow takes at the tolerances themselves.
+    """
+    import diffrax
+
+    theirs, ours = np.asarray(diffrax.Dopri5.tableau.b_error, dtype=float), DOPRI5.e
+    largest = np.argmax(np.abs(ours))
+    ratio = theirs[largest] / ours[largest]
+    return abs(ratio) if np.allclose(theirs, ratio * ours, rtol=1e-12, atol=1e-15) else None
+
+
+def diffrax_route(cell, score_matrices, x0, beta, observables=False, tolerance_scale=1.0):
     """diffrax's Dopri5 on the batch (``vmap``, one jit). ``observables``: then, in the same jit, the
-    variables ``simulate()`` records by default at the 101 outputs (``jax_observables``)."""
+    variables ``simulate()`` records by default at the 101 outputs (``jax_observables``).
+    ``tolerance_scale`` multiplies both tolerances (``diffrax_error_scale``)."""
     import diffrax
     import jax
     import jax.numpy as jnp
@@ -168,10 +192,11 @@ def diffrax_route(cell, score_matrices, x0, beta, observables=False):
         # Output by output: a vmap over the outputs holds (T, H, n, n) intermediates, 2.4x slower at L
         return jax.lax.map(lambda x: observe(x, m, bt), ys)
 
+    controller = diffrax.PIDController(rtol=RTOL * tolerance_scale, atol=ATOL * tolerance_scale)
+
     def one(x, m, bt):
         sol = diffrax.diffeqsolve(diffrax.ODETerm(field), diffrax.Dopri5(), 0.0, T_MAX, None, x, (m, bt),
-                                  saveat=diffrax.SaveAt(ts=ts),
-                                  stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
+                                  saveat=diffrax.SaveAt(ts=ts), stepsize_controller=controller,
                                   max_steps=100_000)
         return sol.ys, sol.stats["num_accepted_steps"], measure(sol.ys, m, bt) if observables else {}
 
@@ -376,6 +401,13 @@ def main(argv=None):
         try:
             routes.append(("diffrax vmap Dopri5 (jit)", diffrax_route(cell, score_matrices, x0, beta)))
             routes.append((WITH_OBSERVABLES, diffrax_route(cell, score_matrices, x0, beta, observables=True)))
+            scale = diffrax_error_scale()
+            if scale is None:
+                print("diffrax's Dopri5 error weights are not a multiple of attnflow's: no route under "
+                      "attnflow's error control")
+            else:
+                routes.append((SAME_CONTROL, diffrax_route(cell, score_matrices, x0, beta,
+                                                           tolerance_scale=scale)))
         except ImportError as err:
             print(f"diffrax skipped: {err} (pip install -e '.[bench]')")
         try:
@@ -424,6 +456,9 @@ def main(argv=None):
         both = next((r[2] for r in rows if r[0] == name and r[1] == WITH_OBSERVABLES), None)
         if both and full:
             print(f"  {name:11} {'all observables, against ' + WITH_OBSERVABLES:38} {both / full:5.2f}x")
+        same = next((r[2] for r in rows if r[0] == name and r[1] == SAME_CONTROL), None)
+        if same and full:
+            print(f"  {name:11} {'all observables, against ' + SAME_CONTROL:38} {same / full:5.2f}x")
         if base and full:
             share = 100 * (full - base) / full
             print(f"  {name:11} observables beyond the cosines: {share:.0f}% of simulate()")
