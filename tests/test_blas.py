@@ -1,11 +1,12 @@
 """``engine.blas.matmul``: BLAS's dgemm called directly, bit for bit what numba's ``np.dot`` gives up to
-10^6 multiply-adds, and in panels of rows above (the panels' rules, and the product they make)."""
+10^6 multiply-adds, and in panels of rows above (the panels' rules, and the product they make); on
+padded operands, bit for bit what it gives on contiguous ones."""
 
 import numba
 import numpy as np
 import pytest
 
-from attnflow.engine.blas import PANEL_OPERAND, PANELS, SMALL_PRODUCT, matmul, panel_rows
+from attnflow.engine.blas import PAD_FROM, PANEL_OPERAND, PANELS, SMALL_PRODUCT, matmul, padded, panel_rows
 from attnflow.engine.field import transpose_into
 
 needs_panels = pytest.mark.skipif(not PANELS, reason="BLAS is not an OpenBLAS with AVX-512 kernels")
@@ -50,6 +51,44 @@ def test_matmul_refuses_what_is_not_a_c_contiguous_float64_matrix():
     a = np.ones((3, 3))
     with pytest.raises(numba.TypingError):
         _both(a.T, a, np.empty((3, 3)), np.empty((3, 3)))
+
+
+def test_matmul_on_rows_with_gaps_between_entries_writes_nan():
+    # Views whose rows are not adjacent entries type as padded ones do; BLAS would read the gaps.
+    a, b = np.ones((4, 6)), np.ones((3, 4))
+    for left, right in [(a[:, ::2], b), (np.ones((4, 3)), b[:, ::2])]:
+        out = np.zeros((4, 4)) if right is b else np.zeros((4, 2))
+        _matmul_only(left, right, out)
+        assert np.isnan(out).all()
+    out = np.zeros((4, 8))[:, ::2]  # an output with gaps
+    _matmul_only(np.ones((4, 3)), b, out)
+    assert np.isnan(out).all()
+
+
+@pytest.mark.parametrize("cols", [1, 8, PAD_FROM - 1, PAD_FROM, PAD_FROM + 1])
+def test_padded_rows_sit_a_cache_line_apart_from_pad_from_on(cols):
+    matrix = padded(5, cols)
+    assert matrix.shape == (5, cols) and matrix.strides[1] == 8
+    assert matrix.strides[0] == 8 * (cols + (8 if cols >= PAD_FROM else 0))
+
+
+@pytest.mark.parametrize("shape", [(128, 64, 128), (64, 64, 64), (100, 100, 100), (300, 16, 300),
+                                   (512, 64, 128), (33, 17, 70), (1, 70, 7), (70, 5, 1), (1, 1, 1),
+                                   (4, 0, 3), (3, 4, 0)])
+def test_matmul_on_padded_operands_is_the_contiguous_product_bit_for_bit(shape):
+    # Only the leading dimensions change: the same kernel makes the same sums, so not one bit may differ
+    # (the rows of one, the columns of another, or an empty sum go through np.dot on copies).
+    m, k, n = shape
+    rng = np.random.default_rng(m * 10000 + k * 100 + n)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    contiguous = np.full((m, n), np.nan)
+    _matmul_only(a, b, contiguous)
+    pa, pb, pout = padded(m, k), padded(k, n), padded(m, n)
+    pa[:], pb[:], pout[:] = a, b, np.nan
+    _matmul_only(pa, pb, pout)
+    assert np.array_equal(pout, contiguous)
+    _matmul_only(a, pb, pout)  # one padded operand among contiguous ones, as the engine's scores
+    assert np.array_equal(pout, contiguous)
 
 
 def test_matmul_with_shapes_that_do_not_match_writes_nan_not_past_the_arrays():

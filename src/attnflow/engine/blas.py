@@ -24,6 +24,13 @@ BLAS libraries have no such bound: there every product is one call. The unpacked
 kernel sums each entry's products in another order than the packed one on some
 shapes (300 x 16 x 300: 2% of the entries differ in the last bit), hence
 ``NUMERICS_VERSION`` 3.
+Operands may have rows further apart than their width (``padded``): BLAS takes
+each matrix's leading dimension from its strides. The unpacked kernel reads the
+right operand's rows in turn, and rows a multiple of 512 bytes apart fall in the
+same few sets of the L1 cache: the scores ``Y X^T`` at 128 tokens in d = 64
+took 35 us with ``X^T``'s rows 1 KiB apart, 26-27 us with them a cache line
+further (one thread, measured). The arithmetic does not depend on where the
+rows are, so results are the same.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.extending import get_cython_function_address, intrinsic
+from numba.extending import get_cython_function_address, intrinsic, overload
 
 from .blas_info import PANELS
 from .borrow import borrow
@@ -44,15 +51,17 @@ llvm.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_blas",
 _FORTRAN_INT = ir.IntType(32)  # scipy's cython_blas takes LP64 (32-bit) integers
 
 
-def _is_c_matrix(ty) -> bool:
-    return isinstance(ty, types.Array) and ty.ndim == 2 and ty.dtype == types.float64 and ty.layout == "C"
+def _is_matrix(ty) -> bool:
+    """A float64 matrix, C-contiguous or a view of one whose rows may be further apart ('A')."""
+    return isinstance(ty, types.Array) and ty.ndim == 2 and ty.dtype == types.float64 and ty.layout in "CA"
 
 
 @intrinsic
 def _dgemm(typingctx, a, b, out):
     """``out = a @ b`` by Fortran ``dgemm``: row-major ``out^T = b^T a^T`` is ``dgemm('N', 'N', n, m, k,
-    1, b, n, a, k, 0, out, n)`` on the same memory. Sizes at least 1 (``matmul`` sees to that)."""
-    if not (_is_c_matrix(a) and _is_c_matrix(b) and _is_c_matrix(out)):
+    1, b, ldb, a, lda, 0, out, ldc)`` on the same memory, each leading dimension the matrix's row
+    stride in entries. Sizes at least 1, the entries of each row adjacent (``matmul`` sees to both)."""
+    if not (_is_matrix(a) and _is_matrix(b) and _is_matrix(out)):
         return None
 
     def codegen(context, builder, sig, args):
@@ -70,13 +79,16 @@ def _dgemm(typingctx, a, b, out):
         double = ir.DoubleType()
         no_transpose = by_reference(ir.Constant(ir.IntType(8), ord("N")))
         m_, n_, k_ = fortran_int(m), fortran_int(n), fortran_int(k)
+        eight = ir.Constant(m.type, 8)
+        lda, ldb, ldc = (fortran_int(builder.sdiv(cgutils.unpack_tuple(builder, array.strides, 2)[0], eight))
+                         for array in arrays)
         one, zero = by_reference(ir.Constant(double, 1.0)), by_reference(ir.Constant(double, 0.0))
         data = [builder.bitcast(array.data, double.as_pointer()) for array in arrays]
         fnty = ir.FunctionType(ir.VoidType(), [ptr.type for ptr in (
-            no_transpose, no_transpose, n_, m_, k_, one, data[1], n_, data[0], k_, zero, data[2], n_)])
+            no_transpose, no_transpose, n_, m_, k_, one, data[1], ldb, data[0], lda, zero, data[2], ldc)])
         dgemm = cgutils.get_or_insert_function(builder.module, fnty, _SYMBOL)
-        builder.call(dgemm, [no_transpose, no_transpose, n_, m_, k_, one, data[1], n_, data[0], k_, zero,
-                             data[2], n_])
+        builder.call(dgemm, [no_transpose, no_transpose, n_, m_, k_, one, data[1], ldb, data[0], lda, zero,
+                             data[2], ldc])
         return context.get_dummy_value()
 
     return types.none(a, b, out), codegen
@@ -101,20 +113,39 @@ def panel_rows(m, k, n):
     return SMALL_PRODUCT // (k * n)
 
 
+# Rows of at least this many entries (1 KiB) are padded by a cache line (``padded``): at 64 tokens a
+# field evaluation was no faster with them (measured).
+PAD_FROM = 128
+_PAD = 8
+
+
+@numba.njit(cache=True)
+def padded(rows, cols):
+    """An uninitialised (rows, cols) matrix for a product's operand: from ``PAD_FROM`` columns on, its
+    rows sit one cache line (8 entries) further apart than their width, so that a power-of-two width
+    does not put them in the same cache sets (see the module's docstring). A view, layout 'A',
+    whatever the width: one compiled type."""
+    pad = _PAD if cols >= PAD_FROM else 0
+    return np.empty((rows, cols + pad))[:, :cols]
+
+
 @numba.njit(cache=True, inline="always")
 def matmul(a, b, out):
-    """``out = a @ b`` for C-contiguous float64 matrices (``np.dot(a, b, out)`` without its wrapper; in
-    panels of rows above 10^6 multiply-adds where ``panel_rows`` says so).
+    """``out = a @ b`` for float64 matrices whose rows each hold adjacent entries (C-contiguous, or
+    ``padded``): ``np.dot(a, b, out)`` without its wrapper; in panels of rows above 10^6
+    multiply-adds where ``panel_rows`` says so.
 
-    Shapes that do not match (a bug in the caller: the engine's buffers have their shapes by
-    construction) fill ``out`` with NaN, which the finite check of every result reports, rather than
-    letting BLAS read or write past an array (``np.dot`` would raise; a raise costs each caller
-    compile time and speed, see ``field.attention_weights``). Dimensions stay far below 2^31, the
-    range of BLAS's integers, for any cell the resources allow.
+    Shapes that do not match, or rows whose entries are not adjacent (a bug in the caller: the
+    engine's buffers have their shapes and layouts by construction) fill ``out`` with NaN, which the
+    finite check of every result reports, rather than letting BLAS read or write past an array
+    (``np.dot`` would raise; a raise costs each caller compile time and speed, see
+    ``field.attention_weights``). Dimensions stay far below 2^31, the range of BLAS's integers, for
+    any cell the resources allow.
     """
     m, k = a.shape
     n = b.shape[1]
-    if b.shape[0] != k or out.shape[0] != m or out.shape[1] != n:
+    if (b.shape[0] != k or out.shape[0] != m or out.shape[1] != n
+            or not (_adjacent(a) and _adjacent(b) and _adjacent(out))):
         for i in range(out.shape[0]):
             for j in range(out.shape[1]):
                 out[i, j] = np.nan
@@ -122,7 +153,7 @@ def matmul(a, b, out):
     if m <= 1 or n <= 1 or k == 0:
         # A row or a column: np.dot takes a matrix-vector product there (another summation, so
         # another result in the last bit), and handles the empty cases; keep its results.
-        np.dot(a, b, out)
+        _small_dot(a, b, out)
         return
     rows = panel_rows(m, k, n)
     if rows >= m:
@@ -143,3 +174,39 @@ def _in_panels(a, b, out, rows):
         stop = start + (m - start) // (count - panel)
         _dgemm(a[start:stop], b, out[start:stop])
         start = stop
+
+
+def _adjacent(matrix):
+    """Whether each row's entries are adjacent in memory (moot for rows of one entry, or no entries);
+    compiled through the overload below."""
+    return matrix.size == 0 or matrix.shape[1] == 1 or matrix.strides[1] == 8
+
+
+@overload(_adjacent)
+def _adjacent_compiled(matrix):
+    """True without a test for a C-contiguous matrix: the products of a small cell pay for none."""
+    if matrix.layout == "C":
+        def contiguous(matrix):
+            return True
+        return contiguous
+    return _adjacent
+
+
+def _small_dot(a, b, out):
+    """``np.dot(a, b, out)`` for a row or a column (``matmul``); compiled through the overload below."""
+    np.dot(a, b, out)
+
+
+@overload(_small_dot)
+def _small_dot_compiled(a, b, out):
+    """numba's ``np.dot`` with an output takes C-contiguous arrays only: a padded operand is copied."""
+    if a.layout == b.layout == out.layout == "C":
+        def small_dot(a, b, out):
+            np.dot(a, b, out)
+        return small_dot
+
+    def small_dot_copied(a, b, out):
+        result = np.empty((a.shape[0], b.shape[1]))
+        np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b), result)
+        out[:, :] = result
+    return small_dot_copied

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from ..attention import Energy, Entropy, Weights
-from .blas import matmul
+from .blas import matmul, padded
 from .borrow import borrow
 from .expo import exp_inplace
 from .field import copy_into, lane_sum, transpose_into
@@ -52,7 +52,7 @@ Outputs = namedtuple(
 #   row (n,): one row's terms, summed by ``lane_sum``
 #   p (n, n), m, z (n,): row-stochastic softmax weights, their shift and normaliser (``_softmax_parts``)
 #   sdot (H, n, n): score rates ds^h_ij/dt of every head (``_score_rates``), sdot_rows (H n, n) a view
-#   with the heads' rows stacked;  xdt (d, n): (dX/dt)^T
+#   with the heads' rows stacked;  xdt (d, n): (dX/dt)^T, rows padded (``blas.padded``)
 #   seen, stack (n,) int64: ``count_clusters``' search
 Scratch = namedtuple("Scratch", "gram p py sdot sdot_rows xdt fnorm radial seen stack row m z")
 
@@ -61,7 +61,7 @@ Scratch = namedtuple("Scratch", "gram p py sdot sdot_rows xdt fnorm radial seen 
 def scratch(n, d, H):
     sdot = np.empty((H, n, n))
     return Scratch(np.empty((n, n)), np.empty((n, n)), np.empty((n, d)), sdot, sdot.reshape(H * n, n),
-                   np.empty((d, n)), np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64),
+                   padded(d, n), np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64),
                    np.empty(n, np.int64), np.empty(n), np.empty(n), np.empty(n))
 
 
