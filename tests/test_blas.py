@@ -154,3 +154,15 @@ def test_transpose_into(shape):
     xt = np.full(shape[::-1], np.nan)
     _transpose(x, xt)
     assert np.array_equal(xt, x.T)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, PAD_FROM + 5), (PAD_FROM + 5, 3, 1), (2, 0, PAD_FROM + 5)])
+def test_matmul_of_a_row_or_column_with_a_padded_operand_is_the_product(shape):
+    # Not C-contiguous in memory, so not np.dot's matrix-vector route: BLAS's product, or an empty sum.
+    m, k, n = shape
+    rng = np.random.default_rng(sum(shape))
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    pb, pout = padded(k, n), padded(m, n)
+    pb[:], pout[:] = b, np.nan
+    _matmul_only(a, pb if k > 1 else b, pout)
+    np.testing.assert_allclose(pout, a @ b, rtol=0, atol=1e-13)  # round-off of at most 3 terms of O(1)
