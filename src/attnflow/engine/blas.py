@@ -192,40 +192,36 @@ def _in_panels(a, b, out, rows):
         start = stop
 
 
+
+def _true_when_typed_c(check):
+    """Compile the matrix test ``check`` as it is, or as ``True`` for a matrix typed C-contiguous: the
+    products of a small cell pay for no test."""
+
+    @overload(check)
+    def compiled(matrix):
+        if matrix.layout == "C":
+            def typed_c(matrix):
+                return True
+            return typed_c
+        return check
+
+    return check
+
+
+@_true_when_typed_c
 def _adjacent(matrix):
-    """Whether each row's entries are adjacent in memory (moot for rows of one entry, or no entries);
-    compiled through the overload below."""
+    """Whether each row's entries are adjacent in memory (moot for rows of one entry, or no entries)."""
     return matrix.size == 0 or matrix.shape[1] == 1 or matrix.strides[1] == 8
 
 
-@overload(_adjacent)
-def _adjacent_compiled(matrix):
-    """True without a test for a C-contiguous matrix: the products of a small cell pay for none."""
-    if matrix.layout == "C":
-        def contiguous(matrix):
-            return True
-        return contiguous
-    return _adjacent
-
-
-
+@_true_when_typed_c
 def _contiguous(matrix):
     """Whether ``matrix`` is C-contiguous in memory, whatever its type says (a padded matrix of one row
-    is); compiled through the overload below."""
+    is)."""
     if matrix.size == 0:
         return True
     rows, cols = matrix.shape
     return (cols == 1 or matrix.strides[1] == 8) and (rows == 1 or matrix.strides[0] == 8 * cols)
-
-
-@overload(_contiguous)
-def _contiguous_compiled(matrix):
-    """True without a test for a matrix typed C-contiguous."""
-    if matrix.layout == "C":
-        def typed_contiguous(matrix):
-            return True
-        return typed_contiguous
-    return _contiguous
 
 
 @intrinsic
