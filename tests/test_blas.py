@@ -77,7 +77,7 @@ def test_padded_rows_sit_a_cache_line_apart_from_pad_from_on(cols):
                                    (4, 0, 3), (3, 4, 0)])
 def test_matmul_on_padded_operands_is_the_contiguous_product_bit_for_bit(shape):
     # Only the leading dimensions change: the same kernel makes the same sums, so not one bit may differ
-    # (the rows of one, the columns of another, or an empty sum go through np.dot on copies).
+    # (a row, a column or an empty sum goes to np.dot, on C-typed views of the same memory).
     m, k, n = shape
     rng = np.random.default_rng(m * 10000 + k * 100 + n)
     a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))

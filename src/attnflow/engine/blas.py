@@ -43,7 +43,7 @@ from numba.core import cgutils, types
 from numba.extending import get_cython_function_address, intrinsic, overload
 
 from .blas_info import PANELS
-from .borrow import borrow
+from .borrow import as_c, borrow
 
 _SYMBOL = "attnflow_dgemm"
 llvm.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_blas", "dgemm"))
@@ -169,7 +169,7 @@ def _row_or_column(a, b, out):
     for the engine's 15 products, not one each."""
     a, b, out = borrow((a, b, out))
     if _contiguous(a) and _contiguous(b) and _contiguous(out):
-        np.dot(_as_c(a), _as_c(b), _as_c(out))
+        np.dot(as_c(a), as_c(b), as_c(out))
     elif a.shape[1] == 0:  # an empty sum, as np.dot makes it
         for i in range(out.shape[0]):
             for j in range(out.shape[1]):
@@ -190,7 +190,6 @@ def _in_panels(a, b, out, rows):
         stop = start + (m - start) // (count - panel)
         _dgemm(a[start:stop], b, out[start:stop])
         start = stop
-
 
 
 def _true_when_typed_c(check):
@@ -222,24 +221,3 @@ def _contiguous(matrix):
         return True
     rows, cols = matrix.shape
     return (cols == 1 or matrix.strides[1] == 8) and (rows == 1 or matrix.strides[0] == 8 * cols)
-
-
-@intrinsic
-def _as_c(typingctx, matrix):
-    """A matrix that ``_contiguous`` found C-contiguous, typed so (a borrowed view: the caller keeps the
-    owner), for ``np.dot``, which takes C-contiguous operands only."""
-    if not _is_matrix(matrix):
-        return None
-    view_type = matrix.copy(layout="C")
-
-    def codegen(context, builder, sig, args):
-        source = context.make_array(sig.args[0])(context, builder, value=args[0])
-        view = context.make_array(view_type)(context, builder)
-        rows, cols = cgutils.unpack_tuple(builder, source.shape, 2)
-        itemsize = context.get_constant(types.intp, 8)
-        context.populate_array(view, data=source.data, shape=source.shape,
-                               strides=cgutils.pack_array(builder, [builder.mul(cols, itemsize), itemsize]),
-                               itemsize=itemsize, meminfo=None)
-        return view._getvalue()
-
-    return view_type(matrix), codegen

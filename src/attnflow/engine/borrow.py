@@ -75,12 +75,35 @@ def flat(typingctx, array):
 
     def codegen(context, builder, sig, args):
         source = context.make_array(sig.args[0])(context, builder, value=args[0])
-        view = context.make_array(view_type)(context, builder)
-        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(
-            context.get_data_type(array.dtype)))
-        context.populate_array(view, data=source.data, shape=cgutils.pack_array(builder, [source.nitems]),
-                               strides=cgutils.pack_array(builder, [itemsize]), itemsize=itemsize,
-                               meminfo=None)
-        return view._getvalue()
+        return _view(context, builder, source, view_type, [source.nitems])
 
     return view_type(array), codegen
+
+
+@intrinsic
+def as_c(typingctx, matrix):
+    """A 2-d array whose entries are C-contiguous in memory, whatever its type says (a padded matrix of
+    one row, say), typed C-contiguous: a borrowed view, for what takes C-contiguous arrays only
+    (``np.dot`` with an output). The caller checks the memory (``blas._contiguous``)."""
+    if not (isinstance(matrix, types.Array) and matrix.ndim == 2):
+        return None
+    view_type = matrix.copy(layout="C")
+
+    def codegen(context, builder, sig, args):
+        source = context.make_array(sig.args[0])(context, builder, value=args[0])
+        return _view(context, builder, source, view_type, cgutils.unpack_tuple(builder, source.shape, 2))
+
+    return view_type(matrix), codegen
+
+
+def _view(context, builder, source, view_type, shape):
+    """A borrowed view of ``source``'s data with ``shape`` and C-contiguous strides."""
+    view = context.make_array(view_type)(context, builder)
+    entry = context.get_abi_sizeof(context.get_data_type(view_type.dtype))
+    itemsize = context.get_constant(types.intp, entry)
+    strides = [itemsize]
+    for extent in reversed(shape[1:]):
+        strides.insert(0, builder.mul(strides[0], extent))
+    context.populate_array(view, data=source.data, shape=cgutils.pack_array(builder, shape),
+                           strides=cgutils.pack_array(builder, strides), itemsize=itemsize, meminfo=None)
+    return view._getvalue()
