@@ -33,6 +33,40 @@ def test_exp_within_one_ulp_of_the_correctly_rounded_value():
     assert np.max(np.abs(got - exact) / np.spacing(exact)) <= 1.0
 
 
+
+def test_exp_in_vectors_and_one_entry_at_a_time_agree_bit_for_bit():
+    # The loop runs in vectors of 8 (wide_vectors) with a scalar tail: the same arithmetic, so an
+    # entry's exp may not depend on whether it fell in a vector or in the tail.
+    x = np.random.default_rng(4).uniform(-700, 700, 1003)
+    whole = x.copy()
+    exp_inplace(whole)
+    one_by_one = x.copy()
+    for j in range(x.size):
+        exp_inplace(one_by_one[j:j + 1])
+    assert np.array_equal(whole, one_by_one)
+
+
+def test_wide_vectors_mark_the_function_for_512_bit_registers():
+    import llvmlite.binding as llvm
+    import numba
+
+    from attnflow.engine.vectors import ATTRIBUTE, wide_vectors
+
+    @numba.njit(fastmath={"contract"})
+    def axpy(a, b):
+        wide_vectors()
+        for j in range(a.size):
+            a[j] = 2.0 * a[j] + b[j]
+
+    a = np.ones(64)
+    axpy(a, a.copy())
+    assert np.all(a == 3.0)
+    (ir,) = axpy.inspect_llvm().values()
+    assert ATTRIBUTE in ir
+    if llvm.get_host_cpu_features().get("avx512f"):  # then the loop must run in zmm registers
+        (asm,) = axpy.inspect_asm().values()
+        assert "zmm" in asm
+
 def test_tableau_checks_its_own_consistency():
     assert DOPRI5.order == 5 and DOPRI5.error_order == 4
     broken = dict(name="x", a=DOPRI5.a.copy(), b=DOPRI5.b, c=DOPRI5.c, e=DOPRI5.e, dense=DOPRI5.dense,
