@@ -381,16 +381,16 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
         drift = max(drift, abs(np.sqrt(norm) - 1.0))
 
     out.gamma_mean[b, t] = gamma_mean(x)
-    if want[Group.COSINES] or want[Group.CLUSTERS]:
+    if want[Group.COSINES.value] or want[Group.CLUSTERS.value]:
         if not sampling.field:
             transpose_into(x, ws.xt)  # otherwise the field evaluation at x left it there
         out.gamma_min[b, t] = gram_min(x, ws.xt, sc.gram)
-    if want[Group.CLUSTERS]:
+    if want[Group.CLUSTERS.value]:
         out.cluster_count[b, t] = count_clusters(sc.gram, cluster_level, sc.seen, sc.stack)
-    if want[Group.POSITIONS]:
+    if want[Group.POSITIONS.value]:
         copy_into(out.x[b, t], x)
 
-    if want[Group.VELOCITY]:
+    if want[Group.VELOCITY.value]:
         kinetic, self_rate = 0.0, 0.0
         for i in range(n):
             for k in range(d):
@@ -407,7 +407,7 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
         # d/dt sum_{i<j} <x_i, x_j> = <sum xdot, sum x> - sum_i <xdot_i, x_i>
         out.gamma_mean_rate[b, t] = 2.0 * (cross - self_rate) / (n * (n - 1))
 
-    for h in range(H if want[Group.ENERGY] else 0):
+    for h in range(H if want[Group.ENERGY.value] else 0):
         if flow.energy == Energy.EXP:
             energy, rate = _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc)
         elif flow.energy == Energy.SOFTPLUS:
@@ -416,9 +416,9 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
             energy, rate = np.nan, np.nan
         out.energy[b, t, h] = energy
         out.energy_rate[b, t, h] = rate
-    if want[Group.ENTROPY]:
+    if want[Group.ENTROPY.value]:
         _score_rates(xdot, ws, sc)
-    for h in range(H if want[Group.ENTROPY] else 0):
+    for h in range(H if want[Group.ENTROPY.value] else 0):
         if flow.entropy == Entropy.SOFTMAX:
             _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t)
         elif flow.entropy == Entropy.SIGMOID:
@@ -427,7 +427,7 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
             out.entropy[b, t, h] = np.nan
             out.entropy_rate[b, t, h] = np.nan
 
-    if want[Group.RADIAL]:
+    if want[Group.RADIAL.value]:
         for h in range(H):
             f = ws.f[h]
             for i in range(n):
