@@ -30,8 +30,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from .attributes import wide_vectors
 from .borrow import borrow
-from .vectors import wide_vectors
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # high bits of ln 2: k * _LN2_HI is exact for |k| < 2^11
