@@ -345,6 +345,18 @@ def test_a_kernel_compiles_under_the_machine_wide_lock():
     assert "waiting for another process compiling the engine" in child.stderr.read()
 
 
+
+def test_the_compile_lock_is_per_numba_cache(monkeypatch):
+    # Processes writing different caches would each compile anyway: they must not wait for each other.
+    import numba
+
+    from attnflow.engine.threads import compile_lock
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", "/tmp/one-cache")
+    first, again = compile_lock(), compile_lock()
+    monkeypatch.setattr(numba.config, "CACHE_DIR", "/tmp/another-cache")
+    assert first == again and compile_lock() != first
+
 def test_batch_inputs_of_the_wrong_shape_are_refused_naming_the_argument():
     # The compiled code would fail on these without a name, or broadcast what it should not.
     rng = np.random.default_rng(0)

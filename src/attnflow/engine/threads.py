@@ -10,15 +10,18 @@ The arithmetic of a trajectory does not depend on the thread that runs it.
 
 Before its first run in a process, a kernel is compiled for the batch's types,
 or loaded from numba's cache, under a lock shared by every process of this user
-on this machine (``compile_once``): jobs that start together on a fresh install
-compile the engine once (about 25 s) and the others load that cache, instead of
-each compiling it again side by side.
+on this machine that runs this installed engine into the same numba cache
+(``compile_once``): jobs that start together on a fresh install compile the
+engine once (25-60 s) and the others load that cache, instead of each compiling
+it again side by side. Processes of another install or another cache do not
+wait for it: they would compile all the same.
 """
 
 from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
 import os
 import sys
 import tempfile
@@ -53,8 +56,11 @@ def _helpers(count: int) -> ThreadPoolExecutor:
 
 
 def compile_lock() -> Path:
-    """The file whose lock ``compile_once`` holds: one per user and machine."""
-    return Path(tempfile.gettempdir()) / f"attnflow-engine-{os.getuid()}.lock"
+    """The file whose lock ``compile_once`` holds: one per user and machine, engine install and numba
+    cache (``NUMBA_CACHE_DIR``, or beside the installed sources where it is unset)."""
+    where = f"{Path(__file__).resolve().parent}\0{numba.config.CACHE_DIR}"
+    return Path(tempfile.gettempdir()) / (
+        f"attnflow-engine-{os.getuid()}-{hashlib.sha256(where.encode()).hexdigest()[:12]}.lock")
 
 
 def compile_once(kernel, args) -> None:
