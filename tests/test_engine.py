@@ -33,7 +33,6 @@ def test_exp_within_one_ulp_of_the_correctly_rounded_value():
     assert np.max(np.abs(got - exact) / np.spacing(exact)) <= 1.0
 
 
-
 def test_exp_in_vectors_and_one_entry_at_a_time_agree_bit_for_bit():
     # The loop runs in vectors of 8 (wide_vectors) with a scalar tail: the same arithmetic, so an
     # entry's exp may not depend on whether it fell in a vector or in the tail.
@@ -112,6 +111,7 @@ def test_always_inline_leaves_no_call_to_the_function():
 
     assert calls_from_a_loop(marked) == 0
     assert calls_from_a_loop(unmarked) > 0  # the control: unmarked, the function stays a call
+
 
 def test_tableau_checks_its_own_consistency():
     assert DOPRI5.order == 5 and DOPRI5.error_order == 4
@@ -345,7 +345,6 @@ def test_a_kernel_compiles_under_the_machine_wide_lock():
     assert "waiting for another process compiling the engine" in child.stderr.read()
 
 
-
 def test_the_compile_lock_is_per_numba_cache(monkeypatch):
     # Processes writing different caches would each compile anyway: they must not wait for each other.
     import numba
@@ -356,6 +355,7 @@ def test_the_compile_lock_is_per_numba_cache(monkeypatch):
     first, again = compile_lock(), compile_lock()
     monkeypatch.setattr(numba.config, "CACHE_DIR", "/tmp/another-cache")
     assert first == again and compile_lock() != first
+
 
 def test_batch_inputs_of_the_wrong_shape_are_refused_naming_the_argument():
     # The compiled code would fail on these without a name, or broadcast what it should not.

@@ -11,10 +11,9 @@ bit for bit.
 
 ``always_inline()``: LLVM inlines the function at each call site, while numba
 compiles it once. numba's own ``inline="always"`` copies the function's IR
-into each caller and types it there again: for ``blas.matmul``, at the
-engine's 15 products, that cost the first compilation about a fifth of its
-time (measured in docs/performance.md). Inlined by LLVM, the compiled code
-is the same.
+into each caller and types it there again, which for ``blas.matmul`` at the
+engine's 15 products cost the first compilation seconds (its docstring says
+how many). Inlined by LLVM, the compiled code is the same.
 """
 
 from __future__ import annotations

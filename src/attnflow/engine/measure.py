@@ -381,6 +381,7 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
         drift = max(drift, abs(np.sqrt(norm) - 1.0))
 
     out.gamma_mean[b, t] = gamma_mean(x)
+    # The flags by each group's int (.value): numba before 0.68 takes no IntEnum member as an index.
     if want[Group.COSINES.value] or want[Group.CLUSTERS.value]:
         if not sampling.field:
             transpose_into(x, ws.xt)  # otherwise the field evaluation at x left it there
