@@ -392,5 +392,5 @@ def observe(
 
 def compilations() -> int:
     """How many times this process compiled the engine's entry points (numba's cache missed): a
-    job's log says so, since the first job on a machine spends ~25 s there."""
+    job's log says so, since the first job on a machine spends 25-50 s there (``plan.COMPILE_SECONDS``)."""
     return sum(sum(f.stats.cache_misses.values()) for f in (solve_batch, observe_batch))
