@@ -26,6 +26,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from attnflow import Cell
 from attnflow.engine import _head_arrays, flow_of, solve
+from attnflow.engine.borrow import by_reference
 from attnflow.engine.dopri import trajectory_heads
 from attnflow.engine.field import field, workspace
 from attnflow.heads import head_matrices
@@ -76,7 +77,7 @@ def _fields(x, head_arrays, flow, beta, repeat):
         xb = np.ascontiguousarray(x[b])
         off = np.bool_(False)
         for _ in range(repeat):
-            field(xb, out, hd, flow, beta, off, off, ws)
+            field(xb, out, by_reference(hd), flow, beta, off, off, by_reference(ws))
 
 
 def field_seconds(x0, repeat=50, **form):

@@ -17,7 +17,7 @@ from enum import IntEnum
 import numba
 import numpy as np
 
-from .borrow import borrow, flat, keep
+from .borrow import borrow, by_reference, dereference, flat, keep
 from .field import HeadArrays, copy_into, field, workspace
 from .measure import Metric, criterion_value, measure, scratch
 from .threads import take_next
@@ -132,7 +132,7 @@ def _holds(x, criterion, ws, sc):
 
 
 @numba.njit(cache=True, inline="always")
-def initial_step(y, f0, hd, flow, beta, method, control, span, buf, ws):
+def initial_step(y, f0, hd_ref, flow, beta, method, control, span, buf, ws_ref):
     """First step size: Hairer, Norsett & Wanner, Solving ODEs I, Sec. II.4 (as scipy's RK45).
 
     Evaluates the field once, at ``y + h0 f0``. Returns 0 where no step can be
@@ -150,7 +150,7 @@ def initial_step(y, f0, hd, flow, beta, method, control, span, buf, ws):
     for i in range(n):
         for k in range(d):
             probe[i, k] = y[i, k] + h0 * f0[i, k]
-    field(probe, f1, hd, flow, beta, off, off, ws)
+    field(probe, f1, hd_ref, flow, beta, off, off, ws_ref)
     f1 -= f0
     d2 = _rms_scaled(f1, y, rtol, atol) / h0
     if d1 <= 1e-15 and d2 <= 1e-15:
@@ -161,7 +161,7 @@ def initial_step(y, f0, hd, flow, beta, method, control, span, buf, ws):
 
 
 @numba.njit(cache=True, inline="always")
-def rk_step(y, h, hd, flow, beta, method, control, buf, ws):
+def rk_step(y, h, hd_ref, flow, beta, method, control, buf, ws_ref):
     """One attempted step from ``y``: stages 1.. into ``buf.stages``, the solution into ``buf.y_new``.
 
     Stage 0 must hold ``f(y)``. With FSAL the last stage is evaluated at the
@@ -175,10 +175,10 @@ def rk_step(y, h, hd, flow, beta, method, control, buf, ws):
     for s in range(1, n_stages):
         if method.fsal and s == n_stages - 1:
             _accumulate(y_new, y, stages[:s], h, method.b[:s])
-            field(y_new, stages[s], hd, flow, beta, off, off, ws)
+            field(y_new, stages[s], hd_ref, flow, beta, off, off, ws_ref)
         else:
             _accumulate(stage, y, stages[:s], h, method.a[s, :s])
-            field(stage, stages[s], hd, flow, beta, off, off, ws)
+            field(stage, stages[s], hd_ref, flow, beta, off, off, ws_ref)
     if not method.fsal:
         _accumulate(y_new, y, stages, h, method.b)
     e, start, end = flat(err), flat(y), flat(y_new)
@@ -207,13 +207,14 @@ def step_factor(err_norm, accepted, last_rejected, method):
 
 
 @numba.njit(cache=True, inline="always")
-def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd, flow, beta, method, criterion, sampling,
-                t_eval, buf, ws, sc, out):
+def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, beta, method, criterion,
+                sampling, t_eval, buf, ws_ref, sc_ref, out_ref):
     """Measure the samples in ``(t, t_new]`` on the step's dense output; locate a crossing among them.
 
     Returns (next sample, largest norm drift, found, t_cluster, field evaluations,
     the last sample fraction of the step where the criterion did not hold).
     """
+    hd, out = dereference(hd_ref), dereference(out_ref)
     drift, calls = 0.0, 0
     sigma_unmet = 0.0
     xs, xs_dot = buf.xs, buf.xs_dot
@@ -221,19 +222,19 @@ def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd, flow, beta
         sigma = (t_eval[next_sample] - t) / h
         _dense(xs, y, buf.stages, h, sigma, method.poly, buf.weights, flow.spherical)
         if sampling.field:
-            field(xs, xs_dot, hd, flow, beta, sampling.keep_scores, sampling.field, ws)
+            field(xs, xs_dot, hd_ref, flow, beta, sampling.keep_scores, sampling.field, ws_ref)
             calls += 1
             drift = max(drift, measure(xs, xs_dot, sampling, flow, beta, hd.shared, criterion.level,
-                                       ws, sc, out, b, next_sample))
+                                       ws_ref, sc_ref, out_ref, b, next_sample))
         else:
             drift = max(drift, measure(xs, xs, sampling, flow, beta, hd.shared, criterion.level,
-                                       ws, sc, out, b, next_sample))
+                                       ws_ref, sc_ref, out_ref, b, next_sample))
         if not found:
             value = (1.0 - out.gamma_min[b, next_sample] if criterion.metric == Metric.EPSILON
                      else out.gamma_mean[b, next_sample])
             if _met(value, criterion.metric, criterion.threshold):
                 t_cluster = _locate(y, buf.stages, h, t, sigma_unmet, sigma, method.poly, buf.weights,
-                                    flow.spherical, criterion, xs, ws, sc)
+                                    flow.spherical, criterion, xs, dereference(ws_ref), dereference(sc_ref))
                 found = True
             else:
                 sigma_unmet = sigma
@@ -256,6 +257,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
                      np.empty((n, d)), np.empty((n, d)), np.empty(n_stages)),
              x0.copy())
     ws, sc, buf, y = borrow(owned)
+    hd_ref, ws_ref, sc_ref, out_ref = by_reference(hd), by_reference(ws), by_reference(sc), by_reference(out)
     stages = buf.stages
     t_first, t_end = t_eval[0], t_eval[-1]
     calls, steps, rejected = 0, 0, 0
@@ -264,10 +266,10 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     status = Status.OK
 
     # Stage 0 is the field at y, with what the observables of sample 0 read.
-    field(y, stages[0], hd, flow, beta, sampling.keep_scores, sampling.field, ws)
+    field(y, stages[0], hd_ref, flow, beta, sampling.keep_scores, sampling.field, ws_ref)
     calls += 1
     xdot = stages[0] if sampling.field else y
-    drift = measure(y, xdot, sampling, flow, beta, hd.shared, criterion.level, ws, sc, out, b,
+    drift = measure(y, xdot, sampling, flow, beta, hd.shared, criterion.level, ws_ref, sc_ref, out_ref, b,
                     np.int64(0))
     found = _holds(y, criterion, ws, sc)
     if found:
@@ -277,7 +279,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     if control.fixed_step > 0.0:
         h = control.fixed_step
     else:
-        h = initial_step(y, stages[0], hd, flow, beta, method, control, t_end - t_first, buf, ws)
+        h = initial_step(y, stages[0], hd_ref, flow, beta, method, control, t_end - t_first, buf, ws_ref)
         calls += 1
         if h == 0.0:
             status = Status.UNDERFLOW
@@ -289,7 +291,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
         # Never leave a sliver of the interval that would need a round-off-sized step.
         if (t_end - t) - h < 100.0 * _EPS * max(abs(t_end), 1.0):
             h = t_end - t
-        err_norm = rk_step(y, h, hd, flow, beta, method, control, buf, ws)
+        err_norm = rk_step(y, h, hd_ref, flow, beta, method, control, buf, ws_ref)
         calls += n_stages - 1
         accepted = err_norm < 1.0  # False for NaN, so a blow-up is retried smaller
         if control.fixed_step > 0.0:
@@ -302,8 +304,8 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
             # A step clipped to the end lands on t_end exactly, not t + h rounded.
             t_new = t_end if h == t_end - t else t + h
             next_sample, sampled_drift, found, t_cluster, sample_calls, sigma_unmet = sample_step(
-                b, y, t, h, t_new, next_sample, found, t_cluster, hd, flow, beta, method, criterion, sampling,
-                t_eval, buf, ws, sc, out)
+                b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, beta, method, criterion,
+                sampling, t_eval, buf, ws_ref, sc_ref, out_ref)
             drift = max(drift, sampled_drift)
             calls += sample_calls
             if flow.spherical:
@@ -317,7 +319,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
                 # The last stage is f at the unretracted point, an O(local error) offset.
                 copy_into(stages[0], stages[n_stages - 1])
             else:
-                field(y, stages[0], hd, flow, beta, np.bool_(False), np.bool_(False), ws)
+                field(y, stages[0], hd_ref, flow, beta, np.bool_(False), np.bool_(False), ws_ref)
                 calls += 1
             t = t_new
         else:
@@ -406,7 +408,7 @@ def observe_batch(counter, x, head_arrays, flow, beta, sampling, level, out, dri
                  np.empty((n, d)), np.ascontiguousarray(x[b]))
         ws, sc, xdot, xb = borrow(owned)  # as in solve_one
         on = np.bool_(True)
-        field(xb, xdot, hd, flow, beta[b], on, on, ws)
-        drift[b] = measure(xb, xdot, borrow(sampling), flow, beta[b], hd.shared, level, ws, sc, borrow(out),
-                           b, np.int64(0))
+        field(xb, xdot, by_reference(hd), flow, beta[b], on, on, by_reference(ws))
+        drift[b] = measure(xb, xdot, borrow(sampling), flow, beta[b], hd.shared, level, by_reference(ws),
+                           by_reference(sc), by_reference(borrow(out)), b, np.int64(0))
         keep(owned)

@@ -17,7 +17,7 @@ import numpy as np
 from ..attention import Weights
 from ..heads import Form
 from .blas import matmul, padded
-from .borrow import borrow, flat
+from .borrow import borrow, dereference, flat
 from .expo import exp_inplace
 
 # The score and value matrices of one trajectory's heads as the compiled code applies them (or of a
@@ -259,14 +259,15 @@ def head_rows(x, hd, h, ws):
 
 
 @numba.njit(cache=True)
-def field(x, out, hd, flow, beta, keep_scores, need_rows, ws):
-    """Write ``dx/dt`` at ``x`` (n, d) into ``out``; intermediate results stay in ``ws``.
+def field(x, out, heads_ref, flow, beta, keep_scores, need_rows, work_ref):
+    """Write ``dx/dt`` at ``x`` (n, d) into ``out``; intermediate results stay in the ``Workspace``.
 
-    ``hd`` is the trajectory's ``HeadArrays``. ``keep_scores`` keeps the raw scores
-    s^h_ij in ``ws.sraw``; ``need_rows`` makes sure ``ws.y`` holds the rows
-    ``M_h x_j`` also in the factored form (both for the observable groups).
+    ``heads_ref`` and ``work_ref`` are references (``borrow.by_reference``) to the trajectory's ``HeadArrays``
+    and ``Workspace``. ``keep_scores`` keeps the raw scores s^h_ij in ``ws.sraw``; ``need_rows`` makes
+    sure ``ws.y`` holds the rows ``M_h x_j`` also in the factored form (both for the observable groups).
     """
-    x, out, hd, ws = borrow((x, out, hd, ws))
+    x, out = borrow((x, out))
+    hd, ws = dereference(heads_ref), dereference(work_ref)
     n, d = x.shape
     H = ws.f.shape[0]
     transpose_into(x, ws.xt)

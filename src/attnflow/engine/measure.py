@@ -17,7 +17,7 @@ import numpy as np
 
 from ..attention import Energy, Entropy, Weights
 from .blas import matmul, padded
-from .borrow import borrow
+from .borrow import borrow, dereference
 from .expo import exp_inplace
 from .field import copy_into, lane_sum, transpose_into
 
@@ -357,10 +357,12 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
 
 
 @numba.njit(cache=True)
-def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, out, b, t):
+def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, work_ref, scratch_ref, out_ref, b, t):
     """Write the variables of the groups ``sampling`` wants at state ``x`` (velocity ``xdot``) into
-    ``out[...][b, t]``.
+    the ``Outputs``' ``[b, t]``.
 
+    ``work_ref``, ``scratch_ref`` and ``out_ref`` are references (``borrow.by_reference``) to the trajectory's
+    ``Workspace``, its ``Scratch`` and the batch's ``Outputs``.
     When ``sampling.field``, ``ws`` must hold the evaluation of the field at
     ``x`` (with the raw scores if ``sampling.keep_scores``, and the rows). ``shared_rows``: the head
     outputs are ``W_h`` times the rows ``M_h x_j`` (value alignment), so
@@ -369,7 +371,8 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, ws, sc, o
     the positions, and their rates exact derivatives along any flow.
     Returns the largest ``| ||x_i|| - 1 |``.
     """
-    x, xdot, sampling, ws, sc, out = borrow((x, xdot, sampling, ws, sc, out))
+    x, xdot, sampling = borrow((x, xdot, sampling))
+    ws, sc, out = dereference(work_ref), dereference(scratch_ref), dereference(out_ref)
     n, d = x.shape
     H = ws.f.shape[0]
     want = sampling.want
