@@ -357,6 +357,7 @@ def busy_core(name, repeat):
         busy = best_of(run, repeat)[0]
     finally:
         spinner.kill()
+        spinner.wait()  # gone before the next timing
     print(f"\nbeside one busy core ({name}, simulate() all observables, {numba.get_num_threads()} engine "
           f"threads taking trajectories from one counter): alone {alone:.3f} s, busy {busy:.3f} s, "
           f"{busy / alone:.2f}x (target <= 1.6x)")
