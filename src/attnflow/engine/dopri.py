@@ -247,7 +247,8 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     """Integrate trajectory ``b`` from ``x0`` and measure it at ``t_eval``; statistics into ``stats``.
 
     The arguments are borrowed views (``solve_batch``); so are the buffers, owned by ``owned``
-    until the end (``engine.borrow``).
+    until the end (``engine.borrow``). The records go to ``field`` and ``measure`` by reference,
+    made once here (``borrow.by_reference``: one pointer each instead of every scalar in them).
     """
     x0, hd, t_eval, method, sampling, out, stats = borrow((x0, hd, t_eval, method, sampling, out, stats))
     n, d = x0.shape
