@@ -10,7 +10,7 @@ A tile is ``ROWS`` rows by up to 8 columns of ``out``, its accumulators LLVM
 vectors that stay in registers while the inner index runs (compiled loops in
 numba kept them in memory: an 8x8x8 product took 213 ns that way, 71 ns
 through BLAS, measured on AMD's Zen 4). The tiles are written in LLVM IR
-(``_tile``): numba has no vector type.
+(``_row_block``): numba has no vector type.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ _DOUBLE = ir.DoubleType()
 # Rows of a full tile: four independent chains of fused multiply-adds cover the latency of one on
 # Zen 4 (four cycles, one vector fma a cycle).
 ROWS = 4
-# Columns of a tile, from the widest (one AVX-512 register) down: any width is a sum of these.
+# Columns of a tile, from the widest (one AVX-512 register) down, powers of two: any width is a sum of
+# these.
 WIDTHS = (8, 4, 2, 1)
 
 
@@ -34,14 +35,14 @@ def _matrix(ty) -> bool:
     return isinstance(ty, types.Array) and ty.ndim == 2 and ty.dtype == types.float64 and ty.layout in "CA"
 
 
-def _tile(rows: int, width: int):
-    """An intrinsic ``tile(a, b, out, i, j)``: ``out[i:i+rows, j:j+width] = a[i:i+rows] @ b[:, j:j+width]``,
-    for rows whose entries are adjacent; no bounds checked (``small_product`` stays inside)."""
+def _row_block(rows: int):
+    """An intrinsic ``block(a, b, out, i)``: ``out[i:i+rows] = a[i:i+rows] @ b``, by tiles of ``rows`` rows
+    and 8 columns, then one tile of each width in ``WIDTHS`` that the remaining columns hold; rows
+    whose entries are adjacent, no bounds checked (``small_product`` stays inside)."""
 
     @intrinsic
-    def tile(typingctx, a, b, out, i, j):
-        if not (_matrix(a) and _matrix(b) and _matrix(out)
-                and isinstance(i, types.Integer) and isinstance(j, types.Integer)):
+    def block(typingctx, a, b, out, i):
+        if not (_matrix(a) and _matrix(b) and _matrix(out) and isinstance(i, types.Integer)):
             return None
 
         def codegen(context, builder, sig, args):
@@ -49,51 +50,58 @@ def _tile(rows: int, width: int):
                       for ty, v in zip(sig.args[:3], args[:3], strict=True)]
             intp = context.get_value_type(types.intp)
             i0 = context.cast(builder, args[3], sig.args[3], types.intp)
-            j0 = context.cast(builder, args[4], sig.args[4], types.intp)
             k = cgutils.unpack_tuple(builder, arrays[0].shape, 2)[1]
+            n = cgutils.unpack_tuple(builder, arrays[1].shape, 2)[1]
             eight = ir.Constant(intp, 8)
             lda, ldb, ldc = (builder.sdiv(cgutils.unpack_tuple(builder, array.strides, 2)[0], eight)
                              for array in arrays)
             base_a, base_b, base_c = (builder.bitcast(array.data, _DOUBLE.as_pointer()) for array in arrays)
+            a_rows = [builder.gep(base_a, [builder.mul(builder.add(i0, ir.Constant(intp, r)), lda)])
+                      for r in range(rows)]
+            c_rows = [builder.gep(base_c, [builder.mul(builder.add(i0, ir.Constant(intp, r)), ldc)])
+                      for r in range(rows)]
 
-            vector = ir.VectorType(_DOUBLE, width)
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
-                                                 f"llvm.fma.v{width}f64")
-            int32 = ir.IntType(32)
-            undefined = ir.Constant(vector, ir.Undefined)
-            lane_zero = ir.Constant(ir.VectorType(int32, width), [0] * width)  # every lane from lane 0
+            def tile(width, j0):
+                """``out[i:i+rows, j0:j0+width]``: one vector accumulator a row, in registers while the
+                inner index runs (allocas that LLVM's mem2reg promotes), each lane one fma chain."""
+                vector = ir.VectorType(_DOUBLE, width)
+                fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
+                                                     f"llvm.fma.v{width}f64")
+                int32 = ir.IntType(32)
+                undefined = ir.Constant(vector, ir.Undefined)
+                lane_zero = ir.Constant(ir.VectorType(int32, width), [0] * width)  # every lane from lane 0
+                b_column = builder.gep(base_b, [j0])
+                accumulators = [cgutils.alloca_once_value(builder, ir.Constant(vector, None)) for _ in a_rows]
+                with cgutils.for_range(builder, k) as loop:
+                    l_ = loop.index
+                    b_row = builder.gep(b_column, [builder.mul(l_, ldb)])
+                    b_values = builder.load(builder.bitcast(b_row, vector.as_pointer()), align=8)
+                    for a_row, acc in zip(a_rows, accumulators, strict=True):
+                        first = builder.insert_element(undefined, builder.load(builder.gep(a_row, [l_])),
+                                                       ir.Constant(int32, 0))
+                        splat = builder.shuffle_vector(first, undefined, lane_zero)
+                        builder.store(builder.call(fma, [splat, b_values, builder.load(acc)]), acc)
+                for c_row, acc in zip(c_rows, accumulators, strict=True):
+                    target = builder.bitcast(builder.gep(c_row, [j0]), vector.as_pointer())
+                    builder.store(builder.load(acc), target, align=8)
 
-            def row_start(base, row, stride):
-                return builder.gep(base, [builder.mul(builder.add(i0, ir.Constant(intp, row)), stride)])
-
-            a_rows = [row_start(base_a, r, lda) for r in range(rows)]
-            c_rows = [builder.gep(row_start(base_c, r, ldc), [j0]) for r in range(rows)]
-            b_column = builder.gep(base_b, [j0])
-            # Accumulators in allocas that LLVM's mem2reg turns into registers carried by the loop.
-            zero = ir.Constant(vector, None)
-            accumulators = [cgutils.alloca_once_value(builder, zero) for _ in range(rows)]
-            with cgutils.for_range(builder, k) as loop:
-                l_ = loop.index
-                b_row = builder.bitcast(builder.gep(b_column, [builder.mul(l_, ldb)]), vector.as_pointer())
-                b_values = builder.load(b_row, align=8)
-                for a_row, acc in zip(a_rows, accumulators, strict=True):
-                    a_value = builder.load(builder.gep(a_row, [l_]))
-                    first = builder.insert_element(undefined, a_value, ir.Constant(int32, 0))
-                    splat = builder.shuffle_vector(first, undefined, lane_zero)
-                    builder.store(builder.call(fma, [splat, b_values, builder.load(acc)]), acc)
-            for c_row, acc in zip(c_rows, accumulators, strict=True):
-                builder.store(builder.load(acc), builder.bitcast(c_row, vector.as_pointer()), align=8)
+            widest = WIDTHS[0]
+            whole = builder.and_(n, ir.Constant(intp, -widest))  # the columns in tiles of the widest
+            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, ir.Constant(intp, widest),
+                                         intp=intp) as (j0, _):
+                tile(widest, j0)
+            for width in WIDTHS[1:]:  # the rest in binary: a tile of width w where n has the bit w
+                with builder.if_then(builder.icmp_signed("!=", builder.and_(n, ir.Constant(intp, width)),
+                                                         ir.Constant(intp, 0))):
+                    tile(width, builder.and_(n, ir.Constant(intp, -2 * width)))
             return context.get_dummy_value()
 
-        return types.none(a, b, out, i, j), codegen
+        return types.none(a, b, out, i), codegen
 
-    return tile
+    return block
 
 
-_FULL = {width: _tile(ROWS, width) for width in WIDTHS}
-_SINGLE = {width: _tile(1, width) for width in WIDTHS}
-_full8, _full4, _full2, _full1 = (_FULL[w] for w in WIDTHS)
-_single8, _single4, _single2, _single1 = (_SINGLE[w] for w in WIDTHS)
+_full_rows, _single_row = _row_block(ROWS), _row_block(1)
 
 
 @numba.njit(cache=True, inline="never")
@@ -102,33 +110,10 @@ def small_product(a, b, out):
     be adjacent: ``blas.matmul`` checks both."""
     a, b, out = borrow((a, b, out))
     m = a.shape[0]
-    n = b.shape[1]
     i = 0
     while i + ROWS <= m:
-        j = 0
-        while j + 8 <= n:
-            _full8(a, b, out, i, j)
-            j += 8
-        if j + 4 <= n:
-            _full4(a, b, out, i, j)
-            j += 4
-        if j + 2 <= n:
-            _full2(a, b, out, i, j)
-            j += 2
-        if j < n:
-            _full1(a, b, out, i, j)
+        _full_rows(a, b, out, i)
         i += ROWS
     while i < m:
-        j = 0
-        while j + 8 <= n:
-            _single8(a, b, out, i, j)
-            j += 8
-        if j + 4 <= n:
-            _single4(a, b, out, i, j)
-            j += 4
-        if j + 2 <= n:
-            _single2(a, b, out, i, j)
-            j += 2
-        if j < n:
-            _single1(a, b, out, i, j)
+        _single_row(a, b, out, i)
         i += 1
