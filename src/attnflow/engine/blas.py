@@ -49,7 +49,7 @@ from numba.extending import get_cython_function_address, intrinsic, overload
 from .attributes import always_inline
 from .blas_info import PANELS
 from .borrow import as_c, borrow
-from .tiles import small_product
+from .tiles import is_matrix, small_product
 
 _SYMBOL = "attnflow_dgemm"
 llvm.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_blas", "dgemm"))
@@ -57,17 +57,12 @@ llvm.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_blas",
 _FORTRAN_INT = ir.IntType(32)  # scipy's cython_blas takes LP64 (32-bit) integers
 
 
-def _is_matrix(ty) -> bool:
-    """A float64 matrix, C-contiguous or a view of one whose rows may be further apart ('A')."""
-    return isinstance(ty, types.Array) and ty.ndim == 2 and ty.dtype == types.float64 and ty.layout in "CA"
-
-
 @intrinsic
 def _dgemm(typingctx, a, b, out):
     """``out = a @ b`` by Fortran ``dgemm``: row-major ``out^T = b^T a^T`` is ``dgemm('N', 'N', n, m, k,
     1, b, ldb, a, lda, 0, out, ldc)`` on the same memory, each leading dimension the matrix's row
     stride in entries. Sizes at least 1, the entries of each row adjacent (``matmul`` sees to both)."""
-    if not (_is_matrix(a) and _is_matrix(b) and _is_matrix(out)):
+    if not (is_matrix(a) and is_matrix(b) and is_matrix(out)):
         return None
 
     def codegen(context, builder, sig, args):

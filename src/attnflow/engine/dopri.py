@@ -408,8 +408,9 @@ def observe_batch(counter, x, head_arrays, flow, beta, sampling, level, out, dri
         owned = (workspace(n, d, hd.H, hd.eig.shape[1], True, not hd.shared), scratch(n, d, hd.H),
                  np.empty((n, d)), np.ascontiguousarray(x[b]))
         ws, sc, xdot, xb = borrow(owned)  # as in solve_one
+        ws_ref = by_reference(ws)
         on = np.bool_(True)
-        field(xb, xdot, by_reference(hd), flow, beta[b], on, on, by_reference(ws))
-        drift[b] = measure(xb, xdot, borrow(sampling), flow, beta[b], hd.shared, level, by_reference(ws),
+        field(xb, xdot, by_reference(hd), flow, beta[b], on, on, ws_ref)
+        drift[b] = measure(xb, xdot, borrow(sampling), flow, beta[b], hd.shared, level, ws_ref,
                            by_reference(sc), by_reference(borrow(out)), b, np.int64(0))
         keep(owned)

@@ -31,7 +31,9 @@ ROWS = 4
 WIDTHS = (8, 4, 2, 1)
 
 
-def _matrix(ty) -> bool:
+def is_matrix(ty) -> bool:
+    """A float64 matrix type, C-contiguous or a view of one whose rows may be further apart ('A'): what
+    the products (the tiles, and ``blas``'s call to BLAS) take."""
     return isinstance(ty, types.Array) and ty.ndim == 2 and ty.dtype == types.float64 and ty.layout in "CA"
 
 
@@ -42,7 +44,7 @@ def _row_block(rows: int):
 
     @intrinsic
     def block(typingctx, a, b, out, i):
-        if not (_matrix(a) and _matrix(b) and _matrix(out) and isinstance(i, types.Integer)):
+        if not (is_matrix(a) and is_matrix(b) and is_matrix(out) and isinstance(i, types.Integer)):
             return None
 
         def codegen(context, builder, sig, args):
