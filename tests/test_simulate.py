@@ -80,6 +80,17 @@ def test_explicit_inputs_replace_generators_and_are_recorded(rng):
     assert ds.attrs["heads_source"] == "explicit" and ds.attrs["x0_source"] == "explicit"
 
 
+def test_explicit_values_beside_heads_drawn_per_seed(rng):
+    # The score matrices are stored per seed, the explicit values once: each with its own dims.
+    d, H = 4, 2
+    v = rng.standard_normal((H, d, d))
+    ds = simulate(Cell(H=H, n=5, d=d, heads="random", seeds=3, t_max=0.5, n_samples=3), value_matrices=v)
+    assert ds.score_matrix.dims == ("seed", "head", "dim", "dim_col")
+    assert ds.value_matrix.dims == ("head", "dim", "dim_col")
+    np.testing.assert_array_equal(ds.value_matrix.values, v)
+    assert ds.attrs["values_source"] == "explicit"
+
+
 def test_explicit_inputs_refused_with_clear_messages(rng):
     cell = Cell(H=2, n=5, d=4, seeds=1, t_max=0.5)
     with pytest.raises(ValueError, match="x0: tokens are not on the unit sphere"):

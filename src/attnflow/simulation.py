@@ -174,7 +174,9 @@ def simulate(
             "units": "1",
             "description": "||antisym(M_h)||_F / ||M_h||_F of the trained W_Q^T W_K, discarded"})
     if values is not None and not cell.weights:
-        data_vars["value_matrix"] = (per + ("dim", "dim_col"), _squeeze(values, per),
+        # Explicit values are shared by the seeds even where the score matrices are drawn per seed.
+        value_per = ("seed", "head") if values.shape[0] > 1 else ("head",)
+        data_vars["value_matrix"] = (value_per + ("dim", "dim_col"), _squeeze(values, value_per),
                                      {"units": "1", "description": "value matrix V_h used"})
 
     attrs = {f"cell_{k}": v for k, v in cell.to_dict().items()}
