@@ -161,22 +161,19 @@ def simulate(
     # The score matrices themselves: per seed where they are drawn, once where they are not; the
     # factored form (trained heads) is not copied into every store (the attrs name the weights file
     # and its digest).
-    leading = stacked[0] if form == Form.FACTORED else stacked  # (seeds or 1, H, ...)
-    per = ("seed", "head") if leading.shape[0] > 1 else ("head",)
     if form == Form.DENSE:
-        data_vars["score_matrix"] = (per + ("dim", "dim_col"), _squeeze(stacked, per), {
+        data_vars["score_matrix"] = (*_per_head(stacked, ("dim", "dim_col")), {
             "units": "1", "description": "score matrix M_h used"})
     elif form == Form.DIAGONAL:
-        data_vars["score_diagonal"] = (per + ("dim",), _squeeze(stacked, per), {
+        data_vars["score_diagonal"] = (*_per_head(stacked, ("dim",)), {
             "units": "1", "description": "diagonal of the (diagonal) score matrix M_h used"})
     if discarded is not None:
         data_vars["antisymmetric_share"] = ("head", discarded, {
             "units": "1",
             "description": "||antisym(M_h)||_F / ||M_h||_F of the trained W_Q^T W_K, discarded"})
     if values is not None and not cell.weights:
-        # Explicit values are shared by the seeds even where the score matrices are drawn per seed.
-        value_per = ("seed", "head") if values.shape[0] > 1 else ("head",)
-        data_vars["value_matrix"] = (value_per + ("dim", "dim_col"), _squeeze(values, value_per),
+        # By its own leading axis: explicit values are shared even where the heads are drawn per seed.
+        data_vars["value_matrix"] = (*_per_head(values, ("dim", "dim_col")),
                                      {"units": "1", "description": "value matrix V_h used"})
 
     attrs = {f"cell_{k}": v for k, v in cell.to_dict().items()}
@@ -269,8 +266,11 @@ def certificate_deviation(got, ref, *, censoring: bool = False) -> float:
     return float(np.max(np.abs(got[both] - ref[both]))) / scale
 
 
-def _squeeze(array, dims):
-    return array if "seed" in dims else array[0]
+def _per_head(array, trailing):
+    """Dims and data of a stored (seeds or 1, H, ...) array: per seed, or once where the seeds share it."""
+    if array.shape[0] > 1:
+        return ("seed", "head") + trailing, array
+    return ("head",) + trailing, array[0]
 
 
 def describe(cell: Cell) -> str:
