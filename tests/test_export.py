@@ -33,14 +33,143 @@ def test_beta_star_rows_are_grid_lines_with_the_closed_form(tiny_run, tmp_path):
     summary = _summary(results, "beta_star")
     assert len(df) == np.prod([summary.sizes[a] for a in ("attention", "H", "heads", "n")])
     assert doc["experiment"] == "beta_star" and doc["theorem"] == "Thm 19" and len(doc["rows"]) == len(df)
-    assert set(doc["columns"]) <= set(df.columns) and all(doc["columns"].values())
+    assert set(doc["columns"]) == set(df.columns) and all(c["description"] for c in doc["columns"].values())
+    seeds = summary.sizes["seed"]
     for _, row in df.iterrows():
         line = {k: row[k] for k in ("attention", "H", "heads", "n")}
         assert row.beta_star_closed == pytest.approx(float(theory.beta_star(row.H, row.n)), rel=1e-9)
-        mean, half = (float(summary[v].sel(line)) for v in ("beta_mono_mean", "beta_mono_ci"))
-        np.testing.assert_allclose([row.beta_mono, row.beta_mono_low, row.beta_mono_high],
-                                   [mean, mean - half, mean + half], rtol=1e-9)
-        assert row.beta_mono_above_grid == pytest.approx(float(summary.beta_mono_above_grid.sel(line)))
+        assert row.seeds == seeds
+        for prop in ("mono", "rd"):
+            # The estimate is derive's mean over the seeds on the grid (its own route: grid_threshold and
+            # t_interval); the counts are its fractions of the seeds.
+            mean = float(summary[f"beta_{prop}_mean"].sel(line))
+            np.testing.assert_allclose(row[f"beta_{prop}"], mean, rtol=1e-12)
+            below, above = (round(float(summary[f"beta_{prop}_{side}_grid"].sel(line)) * seeds)
+                            for side in ("below", "above"))
+            assert (row[f"beta_{prop}_below_grid"], row[f"beta_{prop}_above_grid"]) == (below, above)
+            assert row[f"beta_{prop}_seeds"] == seeds - below - above
+            assert row[f"beta_{prop}_seeds"] == int(summary[f"beta_{prop}"].sel(line).notnull().sum())
+            low, high = row[f"beta_{prop}_low"], row[f"beta_{prop}_high"]
+            if below:  # censored below the grid: the interval reaches down to 0
+                assert low == 0
+            assert (high == np.inf) == (above > 0)  # censored above: unbounded
+            if np.isfinite(row[f"beta_{prop}"]):
+                assert low <= row[f"beta_{prop}"] <= high and low < high
+
+
+def _beta_star_summary(fails_mono: np.ndarray, beta) -> xr.Dataset:
+    """A beta_star summary over one grid line, (seed, beta) failures of monotonicity given (the start
+    always inside Radial Dominance), with derive's own quantities."""
+    from types import SimpleNamespace
+
+    from attnflow.experiments import registry
+
+    dims = ("seed", "attention", "H", "heads", "n", "beta")
+    shape = (fails_mono.shape[0], 1, 1, 1, 1, len(beta))
+    mono = (1 - fails_mono).reshape(shape).astype(float)
+    summary = xr.Dataset(
+        {"mono_path": (dims, mono), "mono_t0": (dims, np.ones(shape)), "rd_t0": (dims, np.ones(shape)),
+         "time_rd": (dims, np.ones(shape))},
+        coords={"seed": np.arange(shape[0]), "attention": ["softmax"], "H": [2], "heads": ["scalar"],
+                "n": [4], "beta": np.asarray(beta, float)})
+    exp = registry().get("beta_star")
+    summary = exp.derive(summary, SimpleNamespace(fixed={"lambda_bar": 1.0}))
+    return exp.export_table(summary).iloc[0]
+
+
+def test_censored_threshold_interval_reaches_past_the_grid():
+    """Issue 39's row: 13 of 16 seeds fail already at the smallest beta, 3 between 0.25 and 0.5. The mean
+    over the 3 is sqrt(0.25 * 0.5) = 0.354 with zero spread; the interval must say that the threshold
+    may be anywhere from 0 to 0.5, and the counts that the estimate is over 3 seeds of 16."""
+    beta = [0.25, 0.5, 1.0, 2.0]
+    fails = np.ones((16, 4))
+    fails[13:, 0] = 0  # three seeds hold at 0.25 and fail from 0.5 on
+    row = _beta_star_summary(fails, beta)
+    assert row.beta_mono == pytest.approx(np.sqrt(0.25 * 0.5), rel=1e-12)
+    assert (row.beta_mono_low, row.beta_mono_high) == (0.0, 0.5)
+    counts = (row.beta_mono_seeds, row.beta_mono_below_grid, row.beta_mono_above_grid, row.seeds)
+    assert counts == (3, 13, 0, 16)
+    # Never failing: above the grid, an interval unbounded above, no estimate.
+    row = _beta_star_summary(np.zeros((4, 4)), beta)
+    assert np.isnan(row.beta_mono) and (row.beta_mono_low, row.beta_mono_high) == (2.0, np.inf)
+    assert (row.beta_mono_seeds, row.beta_mono_above_grid) == (0, 4)
+
+
+def test_threshold_interval_keeps_the_grid_resolution():
+    """Seeds agreeing on a bracket give its two ends, never a zero-width interval; seeds spread over
+    brackets give the Student-t interval of the bracket ends, computed here by hand."""
+    from scipy import stats
+
+    beta = [0.25, 0.5, 1.0, 2.0]
+    fails = np.ones((3, 4))
+    fails[:, 0] = 0
+    row = _beta_star_summary(fails, beta)
+    assert (row.beta_mono_low, row.beta_mono_high) == (0.25, 0.5) and row.beta_mono_seeds == 3
+    fails = np.array([[0, 1, 1, 1], [0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 1, 1]], float)
+    row = _beta_star_summary(fails, beta)
+    lows, highs = np.array([0.25, 0.5, 1.0, 0.5]), np.array([0.5, 1.0, 2.0, 1.0])
+    t = stats.t.ppf(0.975, 3)
+    assert row.beta_mono == pytest.approx(np.mean(np.sqrt(lows * highs)), rel=1e-12)
+    assert row.beta_mono_low == pytest.approx(max(lows.mean() - t * lows.std(ddof=1) / 2, 0.0), rel=1e-12)
+    assert row.beta_mono_high == pytest.approx(highs.mean() + t * highs.std(ddof=1) / 2, rel=1e-12)
+    # A seed not computed at some beta (NaN) brackets between its computed neighbours.
+    fails = np.array([[0, np.nan, 1, 1]])
+    row = _beta_star_summary(fails, beta)
+    assert (row.beta_mono_low, row.beta_mono_high, row.seeds) == (0.25, 1.0, 1)
+
+
+def test_csv_has_a_csvw_sidecar_with_units_and_provenance(tiny_run, tmp_path):
+    _, config, _ = tiny_run
+    csv = tmp_path / "out" / "beta_star.csv"
+    assert attnflow_main(["export", "beta_star", "--configfile", str(config), "--csv", str(csv)]) == 0
+    df = pd.read_csv(csv)
+    meta = json.loads((tmp_path / "out" / "beta_star.csv-metadata.json").read_text())
+    assert meta["@context"] == "http://www.w3.org/ns/csvw" and meta["url"] == "beta_star.csv"
+    columns = meta["tableSchema"]["columns"]
+    assert [c["name"] for c in columns] == list(df.columns)
+    for column in columns:
+        assert column["dc:description"], column["name"]
+        if column["datatype"] in ("double", "integer"):
+            assert column["schema:unitText"], column["name"]
+    assert {c["name"]: c["datatype"] for c in columns}["attention"] == "string"
+    provenance = meta["dc:provenance"]
+    assert provenance["experiment"] == "beta_star" and provenance["theorem"] == "Thm 19"
+    assert provenance["config_sha256"] and provenance["numerics_version"] and provenance["attnflow_version"]
+
+
+def test_stdout_for_dash(tiny_run, tmp_path, monkeypatch, capsys):
+    _, config, _ = tiny_run
+    monkeypatch.chdir(tmp_path)
+    assert attnflow_main(["export", "beta_star", "--configfile", str(config), "--csv", "-"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("attention,H,heads,n,") and not (tmp_path / "-").exists()
+    assert attnflow_main(["export", "beta_star", "--configfile", str(config), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["experiment"] == "beta_star" and not list(tmp_path.iterdir())
+    assert doc["columns"]["beta_mono"]["units"] == "1"
+
+
+@pytest.mark.parametrize("option, path, says", [
+    ("--csv", "{tmp}", "is a directory"),
+    ("--json", "/proc/version", "cannot write"),
+    ("--csv", "{tmp}/afile/table.csv", "is not a directory"),
+    ("--csv", "{tmp}/x", "same destination"),
+])
+def test_export_paths_are_checked_before_anything_is_computed(tmp_path, monkeypatch, capsys, option, path,
+                                                              says):
+    import attnflow.export
+
+    def computed(*args, **kwargs):
+        raise AssertionError("the export was computed before its destination was checked")
+
+    monkeypatch.setattr(attnflow.export, "export", computed)
+    (tmp_path / "afile").write_text("")
+    path = path.format(tmp=tmp_path)
+    extra = ["--json", path] if says == "same destination" else []
+    assert attnflow_main(["export", "beta_star", option, path, *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("attnflow export: ") and says in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing written
 
 
 def test_superadditivity_boundary_brackets_the_crossing(tiny_run, tmp_path):
@@ -99,7 +228,7 @@ def test_experiments_without_a_table_say_so(tiny_run, capsys):
     with pytest.raises(NoExport, match="entropy declares no export"):
         registry().get("entropy").export_table(_summary(results, "entropy"))
     assert attnflow_main(["export", "nope", "--configfile", str(config)]) == 2
-    assert "unknown" in capsys.readouterr().err
+    assert "unknown" in capsys.readouterr().err  # a config's experiment_modules may add experiments
 
 
 def test_declared_exports():
@@ -222,7 +351,7 @@ def test_orthogonality_table_brackets_where_runs_stop_being_monotone(tiny_run, t
             low, high = (float(share.sel(delta=row[f"delta_{key}_{end}"])) for end in ("low", "high"))
             assert (low - 0.5) * (high - 0.5) <= 0 and low != high
     assert row.omega_max == pytest.approx(float(summary.cross_norm.max()))
-    assert set(doc["columns"]) == set(df.columns) - {"beta"}
+    assert set(doc["columns"]) == set(df.columns)  # the grid line's own columns described too
     # Known shares along delta (the tiny run's stay at 1): the brackets where each falls through 1/2.
     summary = summary.drop_dims("delta").assign_coords(delta=[0.0, 0.05, 0.1, 0.25]).assign(
         frac_runs_monotone=(("beta", "delta"), [[1.0, 0.8, 0.4, 0.0]]),

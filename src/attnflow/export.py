@@ -1,45 +1,185 @@
 """Tables for a paper: an experiment's measured thresholds, boundaries and exponents, one row per grid line.
 
 The numbers live in the summary stores (and the figures); ``attnflow export``
-writes them as CSV or JSON. Each experiment declares its table
-(``Experiment.export_table``); an experiment without a threshold, boundary or
-fitted exponent declares none and says so, instead of exporting its raw
-summary. The helpers here are what those declarations share: brackets of a
-crossing along one axis, fits with their confidence intervals, and a table
-from data arrays over the same grid lines.
+writes them as CSV (with a CSVW metadata file beside it) or JSON, each column
+with its description and units, each table with its provenance. Each
+experiment declares its table (``Experiment.export_table``); an experiment
+without a threshold, boundary or fitted exponent declares none and says so,
+instead of exporting its raw summary. The helpers here are what those
+declarations share: thresholds over seeds with intervals that keep the grid's
+resolution and its censoring, brackets of a crossing along one axis, fits with
+their confidence intervals, and a table from data arrays over the same grid
+lines.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
-Columns = dict[str, tuple[xr.DataArray, str]]
+# name -> (array, description) or (array, description, units); without units the array's own
+# ``units`` attribute, else "1" (CF's dimensionless: every axis a grid line runs along is).
+Columns = dict[str, tuple]
+
+STDOUT = "-"
 
 
 def table(summary: xr.Dataset, lines: list[str], columns: Columns) -> pd.DataFrame:
-    """One row per combination of the grid axes ``lines``, one column per ``name -> (array, description)``.
+    """One row per combination of the grid axes ``lines``, one column per ``name -> (array, description[,
+    units])``.
 
     Each array is broadcast over the lines (a closed form over fewer axes repeats);
     an array with a dimension outside ``lines`` is an error, never a silent
-    flattening. The descriptions go to ``DataFrame.attrs["columns"]`` (and the JSON).
+    flattening. Every column's description and units, the lines' own included,
+    go to ``DataFrame.attrs["columns"]`` and ``["units"]`` (and to the files).
     """
     arrays = {}
-    for name, (array, _) in columns.items():
+    for name, (array, *_) in columns.items():
         extra = [d for d in array.dims if d not in lines]
         if extra:
             raise ValueError(f"export column {name}: dimension {extra[0]!r} is not a grid line axis "
                              f"({', '.join(lines)})")
         arrays[name] = array.reset_coords(drop=True)
     frame = xr.Dataset(arrays, coords={d: summary[d].values for d in lines})
-    df = frame.to_dataframe(dim_order=lines).reset_index()[[*lines, *columns]]
-    df.attrs["columns"] = {name: doc for name, (_, doc) in columns.items()}
+    order = sorted(columns, key=lambda name: name != "seeds")  # the seed count first, beside the line
+    df = frame.to_dataframe(dim_order=lines).reset_index()[[*lines, *order]]
+    described = {d: _axis_meaning(summary, d) for d in lines}
+    for name, (array, doc, *units) in columns.items():
+        described[name] = (doc, units[0] if units else array.attrs.get("units", "1"))
+    df.attrs["columns"] = {name: described[name][0] for name in df.columns}
+    df.attrs["units"] = {name: described[name][1] for name in df.columns}
     return df
+
+
+def _axis_meaning(summary: xr.Dataset, axis: str) -> tuple[str, str | None]:
+    """(description, units) of a grid axis: its coordinate's attrs, else the Cell field's documentation;
+    units None for an axis of names (attention, heads...), which has none."""
+    from .cell import FIELD_DOCS
+
+    attrs = summary[axis].attrs
+    doc = attrs.get("description") or attrs.get("long_name") or FIELD_DOCS.get(axis) or f"grid axis {axis}"
+    textual = summary[axis].dtype.kind in "OUS"
+    return f"grid axis {axis}: {doc}", None if textual else attrs.get("units", "1")
+
+
+def time_units(summary: xr.Dataset, axis: str = "time") -> str:
+    """The units of a summary's time axis (its coordinate's attribute; the model's time is dimensionless)."""
+    return summary[axis].attrs.get("units", "1") if axis in summary.coords else "1"
+
+
+def seed_count(per_seed: xr.DataArray, lines: list[str]) -> xr.DataArray:
+    """Per grid line: the fewest seeds with a value of ``per_seed`` at any point of the line (what every
+    point of an estimate along it has at least)."""
+    counts = per_seed.notnull().sum("seed")
+    return counts.min([d for d in counts.dims if d not in lines])
+
+
+def requested_seeds(summary: xr.Dataset) -> int:
+    """The seeds each cell of a summary was asked for (its experiment block's), for an experiment whose
+    reduction already counts over seeds; 1 when the block names none (Cell's default)."""
+    from .experiments import Spec
+
+    return int(Spec.of(summary).fixed.get("seeds", 1))
+
+
+def seed_brackets(fails: xr.DataArray, axis: str) -> xr.Dataset:
+    """Per seed and line: where along ``axis`` a property first fails, as a bracket of grid values.
+
+    ``fails`` is 1 where the property fails, 0 where it holds and NaN where the
+    cell was not computed (neither: a failed seed, a line a refinement skipped).
+    The bracket is the last value before the first failure and that failure
+    (``low``, ``high``). A seed already failing at its line's first computed
+    value is censored below the grid, bracket (floor, first value), floor 0 on
+    a positive axis (-inf otherwise); one never failing is censored above,
+    (last value, inf). A seed with nothing computed on the line has NaN for both
+    and is in no count. ``below`` and ``above`` flag the censored seeds.
+    """
+    fails = fails.sortby(axis)
+    xs = fails[axis].values.astype(float)
+    floor = 0.0 if xs.min() > 0 else -np.inf
+
+    def one(values):
+        known = np.isfinite(values)
+        if not known.any():
+            return np.nan, np.nan, False, False
+        x, failing = xs[known], np.flatnonzero(values[known] == 1)
+        if not failing.size:
+            return x[-1], np.inf, False, True
+        if failing[0] == 0:
+            return floor, x[0], True, False
+        return x[failing[0] - 1], x[failing[0]], False, False
+
+    low, high, below, above = xr.apply_ufunc(
+        one, fails, input_core_dims=[[axis]], output_core_dims=[[], [], [], []], vectorize=True,
+        output_dtypes=[float, float, bool, bool])
+    return xr.Dataset({"low": low, "high": high, "below": below, "above": above}, attrs={"floor": floor})
+
+
+def threshold_interval(brackets: xr.Dataset, level: float = 0.95) -> xr.Dataset:
+    """A threshold over seeds from their brackets (``seed_brackets``), with an interval a reader can trust.
+
+    ``estimate``: the mean over the seeds whose threshold is on the grid of their
+    brackets' midpoints (geometric on a positive axis: the figures' diamonds).
+    ``low``, ``high``: the hull of (a) the Student-t ``level`` interval of those
+    seeds' bracket ends, from the lower end of their lower ends to the upper end
+    of their upper ends, so it is never narrower than the grid's resolution (one
+    seed: its bracket), and (b) the brackets of the censored seeds: down to the
+    floor when some seed fails at its line's first value, up to inf when some
+    never fails. It holds the estimate, and the mean over every seed too.
+    ``seeds``: seeds with a computed value on the line; ``on_grid``, ``below``,
+    ``above``: how many of them have their threshold on, below or above the grid.
+    """
+    from .experiments._common import t_interval
+
+    floor = brackets.attrs["floor"]
+    low, high, below, above = brackets.low, brackets.high, brackets.below, brackets.above
+    on = low.notnull() & ~below & ~above
+    mid = (np.sqrt(low * high) if floor == 0 else 0.5 * (low + high)).where(on)
+
+    def t_end(ends, sign):
+        mean, half = xr.apply_ufunc(t_interval, ends.where(on), input_core_dims=[["seed"]],
+                                    output_core_dims=[[], []], vectorize=True, kwargs={"level": level})
+        return mean + sign * half.fillna(0.0)  # one seed: its bracket, no spread to add
+
+    lows = xr.concat([t_end(low, -1).clip(min=floor), low.where(below | above).min("seed")], "part")
+    highs = xr.concat([t_end(high, +1), high.where(below | above).max("seed")], "part")
+    return xr.Dataset({
+        "estimate": mid.mean("seed"), "low": lows.min("part"), "high": highs.max("part"),
+        "seeds": low.notnull().sum("seed"), "on_grid": on.sum("seed"),
+        "below": below.sum("seed"), "above": above.sum("seed"),
+    })
+
+
+def threshold_columns(name: str, fails: xr.DataArray, axis: str, what: str, units: str = "1") -> Columns:
+    """The export columns of a threshold over seeds along ``axis`` (``fails``: 1 where ``what`` fails,
+    0 where it holds, NaN where not computed): the estimate, its interval, and the seed counts beside them
+    (``seeds``, the seeds computed on the line, is shared by every threshold of a table)."""
+    brackets = seed_brackets(fails, axis)
+    found = threshold_interval(brackets)
+    floor = "0" if brackets.attrs["floor"] == 0 else "-inf"
+    return {
+        name: (found.estimate, f"measured threshold in {axis} ({what} fails above it): mean over the seeds "
+                               f"whose threshold is on the grid ({name}_seeds of them) of each seed's "
+                               "bracket midpoint (geometric on a positive axis)", units),
+        f"{name}_low": (found.low, "95% interval, lower end: the Student-t interval of the on-grid seeds' "
+                                   "bracket ends (never narrower than the grid's resolution), extended to "
+                                   f"{floor} when some seed fails already at the smallest {axis}", units),
+        f"{name}_high": (found.high, "95% interval, upper end: as the lower end, extended to inf when some "
+                                     "seed never fails on the grid", units),
+        f"{name}_seeds": (found.on_grid, "seeds whose threshold is on the grid (the estimate is over them)",
+                          "1"),
+        f"{name}_below_grid": (found.below, f"seeds failing already at the smallest {axis} (threshold below "
+                                            "the grid)", "1"),
+        f"{name}_above_grid": (found.above, "seeds never failing on the grid (threshold above it)", "1"),
+        "seeds": (found.seeds, "seeds computed on the line (on, below and above the grid add up to it)",
+                  "1"),
+    }
 
 
 def first_crossing(values: np.ndarray, axis_values: np.ndarray, level: float, *, geometric: bool = True):
@@ -103,16 +243,52 @@ def slope_interval(x, y, level: float = 0.95):
     return float(fit.slope), float(fit.slope - half), float(fit.slope + half)
 
 
+PROVENANCE = ("title", "config_sha256", "attnflow_version", "numerics_version", "reduction_version",
+              "certificate_error", "history", "Conventions")
+
+
 def export(experiment: str, configfile, results=None) -> pd.DataFrame:
-    """The export table of ``experiment`` from its verified summary (``attnflow.open_summary``)."""
+    """The export table of ``experiment`` from its verified summary (``attnflow.open_summary``), with the
+    experiment, its theorem and the summary's provenance in ``DataFrame.attrs``."""
     from .access import load_sweep, open_summary
 
     summary = open_summary(experiment, configfile, results=results)
-    exp = load_sweep(configfile, results).experiments.get(experiment)
+    sweep = load_sweep(configfile, results)
+    exp = sweep.experiments.get(experiment)
     df = exp.export_table(summary)
-    provenance = {k: summary.attrs[k] for k in ("config_sha256", "attnflow_version") if k in summary.attrs}
-    df.attrs.update({"experiment": experiment, "theorem": exp.theorem, **provenance})
+    provenance = {k: _plain(summary.attrs[k]) for k in PROVENANCE if k in summary.attrs}
+    df.attrs.update({"experiment": experiment, "theorem": exp.theorem, "question": exp.question,
+                     "configfile": str(configfile), "summary": str(sweep.layout.summary(experiment)),
+                     **provenance})
     return df
+
+
+def output_problem(path: str, option: str) -> str | None:
+    """Why ``path`` cannot take the table (None: it can): checked before anything is computed, so that a
+    bad path costs one line and leaves nothing half-written. ``-`` is stdout."""
+    if path == STDOUT:
+        return None
+    target = Path(path)
+    if target.is_dir():
+        return f"{option} {path}: is a directory (name a file in it)"
+    if target.exists():
+        try:  # append: opens for writing without touching the content
+            with open(target, "ab"):
+                pass
+        except OSError as err:
+            return f"{option} {path}: cannot write ({err.strerror})"
+        return None
+    parent = next(p for p in target.absolute().parents if p.exists())
+    if not parent.is_dir():
+        return f"{option} {path}: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{option} {path}: cannot create files in {parent} (permission denied)"
+    return None
+
+
+def metadata_path(csv_path) -> Path:
+    """The CSVW metadata file of a CSV file: ``<file>-metadata.json`` beside it (CSVW's own convention)."""
+    return Path(f"{csv_path}-metadata.json")
 
 
 def _plain(value):
@@ -123,20 +299,79 @@ def _plain(value):
     return value
 
 
-def write_csv(df: pd.DataFrame, path) -> None:
+def _columns(df: pd.DataFrame) -> dict[str, dict]:
+    docs, units = df.attrs.get("columns", {}), df.attrs.get("units", {})
+    out = {}
+    for name in df.columns:
+        out[name] = {"description": docs.get(name, "")}
+        if units.get(name) is not None:
+            out[name]["units"] = units[name]
+    return out
+
+
+def _provenance(df: pd.DataFrame) -> dict:
+    return {k: _plain(v) for k, v in df.attrs.items() if k not in ("columns", "units")}
+
+
+def _open(path):
+    """A text stream for ``path`` (stdout for ``-``), its folders made."""
+    if path == STDOUT:
+        return None
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(path, index=False, float_format="%.10g")
+    return open(path, "w", newline="")
+
+
+DATATYPES = {"i": "integer", "u": "integer", "f": "double", "b": "boolean"}  # numpy kind -> CSVW (XSD)
+
+
+def write_csv(df: pd.DataFrame, path) -> None:
+    """The table as CSV (empty field: not measured on this grid; ``inf``: unbounded), and beside a file
+    its CSVW metadata (``metadata_path``): every column's description, units and datatype, the table's
+    experiment, theorem and provenance. To stdout (``-``) the CSV alone."""
+    import sys
+
+    stream = _open(path)
+    df.to_csv(stream or sys.stdout, index=False, float_format="%.10g")
+    if stream is None:
+        return
+    stream.close()
+    meta = _provenance(df)
+    columns = []
+    for name, about in _columns(df).items():
+        kind = df[name].dtype.kind
+        column = {"name": name, "titles": name, "dc:description": about["description"],
+                  "datatype": DATATYPES.get(kind, "string")}
+        if "units" in about:
+            column["schema:unitText"] = about["units"]
+        columns.append(column)
+    sidecar = {
+        "@context": "http://www.w3.org/ns/csvw",
+        "url": Path(path).name,
+        "dc:title": f"attnflow export: {meta.get('experiment', '')} ({meta.get('theorem', '')})",
+        "dc:description": meta.get("question", ""),
+        "dc:source": meta.get("summary", ""),
+        "dialect": {"header": True},
+        "null": "",
+        "tableSchema": {"columns": columns},
+        "dc:provenance": meta,
+    }
+    metadata_path(path).write_text(json.dumps(sidecar, indent=1) + "\n")
 
 
 def write_json(df: pd.DataFrame, path) -> None:
-    """The table as ``{experiment, theorem, provenance, columns: {name: description}, rows: [...]}``;
-    NaN is null (not measured on this grid), infinities are the strings "inf" and "-inf"."""
-    out = {**{k: v for k, v in df.attrs.items() if k != "columns"},
-           "columns": df.attrs.get("columns", {c: "" for c in df.columns}),
+    """The table as ``{experiment, theorem, question, provenance..., columns: {name: {description, units}},
+    rows: [...]}``; NaN is null (not measured on this grid), infinities are the strings "inf" and "-inf"
+    (an interval unbounded on that side). ``-``: stdout."""
+    import sys
+
+    out = {**_provenance(df), "columns": _columns(df),
            "rows": [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(out, indent=1) + "\n")
+    stream = _open(path)
+    (stream or sys.stdout).write(json.dumps(out, indent=1) + "\n")
+    if stream is not None:
+        stream.close()
 
 
-__all__ = ["crossings", "equiangular_starts", "export", "first_crossing", "ratio_crossings", "slope_interval",
-           "table", "write_csv", "write_json"]
+__all__ = ["crossings", "equiangular_starts", "export", "first_crossing", "metadata_path", "output_problem",
+           "ratio_crossings", "seed_brackets", "slope_interval", "table", "threshold_columns",
+           "threshold_interval", "time_units", "write_csv", "write_json"]

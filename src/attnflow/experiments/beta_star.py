@@ -152,32 +152,21 @@ class BetaStar(Experiment):
         return out
 
     def export_table(self, summary):
-        """Per (attention, H, heads, n): the measured thresholds in beta (mean over seeds, 95% interval),
-        how many seeds had theirs below or above the grid, and the closed form beta*(H, n)."""
-        from ..export import table
+        """Per (attention, H, heads, n): the measured thresholds in beta (mean over the seeds on the grid,
+        a 95% interval that keeps the grid's resolution and its censoring), how many seeds had theirs on,
+        below or above the grid, and the closed form beta*(H, n)."""
+        from ..export import table, threshold_columns
 
+        computed = summary.mono_path.notnull()
         columns = {}
-        for prop, what in (("mono", "every head's energy non-decreasing up to the clustering time"),
-                           ("rd", "the start inside Radial Dominance")):
-            mean, half = summary[f"beta_{prop}_mean"], summary[f"beta_{prop}_ci"]
-            columns.update({
-                f"beta_{prop}": (mean, f"measured threshold in beta ({what} fails above it): mean over seeds "
-                                       "of the geometric midpoint of each seed's bracket"),
-                f"beta_{prop}_low": (mean - half, "95% Student-t interval of the mean over seeds, lower "
-                                                  "end (with few seeds it can reach below 0)"),
-                f"beta_{prop}_high": (mean + half, "95% Student-t interval of the mean over seeds, upper "
-                                                   "end"),
-                f"beta_{prop}_below_grid": (summary[f"beta_{prop}_below_grid"],
-                                            "fraction of seeds failing at the smallest beta"),
-                f"beta_{prop}_above_grid": (summary[f"beta_{prop}_above_grid"],
-                                            "fraction of seeds never failing on the grid"),
-            })
+        for prop, fails, what in (("mono", 1 - summary.mono_path, "every head's energy non-decreasing up to "
+                                                                   "the clustering time"),
+                                  ("rd", 1 - summary.rd_t0, "the start inside Radial Dominance")):
+            columns.update(threshold_columns(f"beta_{prop}", fails.where(computed), "beta", what))
         columns["beta_star_closed"] = (summary.beta_star_closed, "closed form beta*(H, n) (Thm 19), "
-                                       f"alpha = {summary.attrs.get('alpha', 1.0)}")
+                                       f"alpha = {summary.attrs.get('alpha', 1.0)}", "1")
         columns["beta_orthogonal"] = (summary.beta_orthogonal, "bisection on the measured margin at "
-                                      "orthogonal tokens (check of the closed form)")
-        columns["seeds_mono"] = (summary.beta_mono.notnull().sum("seed"),
-                                 "seeds whose monotonicity threshold is on the grid (the mean is over them)")
+                                      "orthogonal tokens (check of the closed form)", "1")
         return table(summary, ["attention", "H", "heads", "n"], columns)
 
     def plot(self, summary, spec):

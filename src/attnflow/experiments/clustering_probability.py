@@ -87,23 +87,31 @@ class ClusteringProbability(Experiment):
         """Per (H, beta): the time by which half the runs have clustered, bracketed by where the 95%
         Wilson band crosses 1/2, against the equiangular ODE's closed-form time; the fraction clustered
         by t_max with its band."""
-        from ..export import crossings, table
+        from ..export import crossings, table, time_units
 
         t_half = crossings(summary.probability, "t", 0.5)[0]
         early = crossings(summary.probability_high, "t", 0.5)[0]  # the band's top reaches 1/2 first
         late = crossings(summary.probability_low, "t", 0.5)[0]
+        # A band edge still below 1/2 at t_max censors that end: the time is beyond the grid.
+        t_max = float(summary.t.max())
+        early = early.where(early.notnull() | (summary.probability_high.max("t") >= 0.5), t_max)
+        late = late.where(late.notnull() | (summary.probability_low.max("t") >= 0.5), np.inf)
         last = summary.isel(t=-1, drop=True)
+        unit = time_units(summary, "t")
         columns = {
             "t_half": (t_half, "measured time by which half the runs have clustered (geometric midpoint of "
-                               "the bracket on the summary's time grid; NaN: not reached by t_max)"),
-            "t_half_low": (early, "where the 95% Wilson band's upper edge crosses 1/2"),
-            "t_half_high": (late, "where the band's lower edge crosses 1/2 (NaN: not by t_max)"),
-            "t_median": (summary.t_median, "median clustering time over seeds"),
-            "t_closed": (summary.t_closed, "closed form: the equiangular ODE's time from gamma0 = 1/sqrt(d)"),
+                               "the bracket on the summary's time grid; NaN: not reached by t_max)", unit),
+            "t_half_low": (early, "where the 95% Wilson band's upper edge crosses 1/2 (t_max: not by then)",
+                           unit),
+            "t_half_high": (late, "where the band's lower edge crosses 1/2 (inf: not by t_max)", unit),
+            "t_median": (summary.t_median, "median clustering time over seeds", unit),
+            "t_closed": (summary.t_closed, "closed form: the equiangular ODE's time from gamma0 = 1/sqrt(d)",
+                         unit),
             "p_clustered": (last.probability, "fraction of runs clustered by t_max"),
             "p_clustered_low": (last.probability_low, "95% Wilson interval, lower end"),
             "p_clustered_high": (last.probability_high, "95% Wilson interval, upper end"),
-            "seeds": (summary.t_cluster.notnull().sum("seed"), "runs"),
+            "seeds": (summary.t_cluster.notnull().sum("seed"), "runs (seeds) the fractions and times are "
+                                                               "over", "1"),
         }
         return table(summary, ["H", "beta"], columns)
 

@@ -184,9 +184,10 @@ class ClusteringTime(Experiment):
         the bound's exponent or slope."""
         import pandas as pd
 
-        from ..export import slope_interval
+        from ..export import slope_interval, time_units
 
         n, d = summary.n.values.astype(float), summary.d.values.astype(float)
+        seeds = summary.t_cluster.sel(init="equiangular_typical").notnull().sum("seed")
         rows = []
         for att in summary.attention.values:
             for level in summary.cluster_threshold.values:
@@ -200,6 +201,7 @@ class ClusteringTime(Experiment):
                         fit = slope_interval(np.log(n[mask]), np.log(measured[mask]))
                         rows.append({"fit": f"log T ~ p log n ({which} n)", **point, "d": dd, "n": np.nan,
                                      "points": int(np.isfinite(measured[mask]).sum()),
+                                     "seeds": int(seeds.sel(sel).values[mask].min()) if mask.any() else 0,
                                      "measured": fit[0], "low": fit[1], "high": fit[2],
                                      "closed_form": slope_interval(np.log(n[mask]), np.log(closed[mask]))[0],
                                      "bound": 1.0})
@@ -211,6 +213,7 @@ class ClusteringTime(Experiment):
                     bound = float(summary.log_d_slope_relu_bound.sel(n=nn)) if att == "relu" else np.nan
                     rows.append({"fit": "T ~ s log d", **point, "d": np.nan, "n": nn,
                                  "points": int(np.isfinite(measured).sum()),
+                                 "seeds": int(seeds.sel(sel).min()),
                                  "measured": fit[0], "low": fit[1], "high": fit[2],
                                  "closed_form": closed, "bound": bound})
         df = pd.DataFrame(rows)
@@ -220,6 +223,7 @@ class ClusteringTime(Experiment):
             "attention": "attention", "cluster_threshold": "the mean-cosine level reached",
             "d": "the fixed d of an n-fit", "n": "the fixed n of a log d fit",
             "points": "grid points with a measured time in the fit",
+            "seeds": "seeds each point's median time is over (the fewest at any point of the fit)",
             "measured": "fitted exponent or slope of the particles' median time (equiangular start)",
             "low": "95% Student-t interval of the fit, lower end (NaN with fewer than 3 points)",
             "high": "95% Student-t interval of the fit, upper end",
@@ -227,6 +231,11 @@ class ClusteringTime(Experiment):
             "bound": "the bound's exponent in n (O(n), O(n log d)) or relu's log d slope n / (4 beta sum "
                      "lambda^2)",
         }
+        # An exponent in n is a number; a slope in log d is a time per unit of log d.
+        per_row = f"1 for the log T ~ p log n fits, {time_units(summary)} for the T ~ s log d fits"
+        df.attrs["units"] = {"fit": None, "attention": None, "cluster_threshold": "1", "d": "1", "n": "1",
+                             "points": "1", "seeds": "1", **dict.fromkeys(
+                                 ("measured", "low", "high", "closed_form", "bound"), per_row)}
         return df
 
     def plot(self, summary, spec):

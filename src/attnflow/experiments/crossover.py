@@ -127,7 +127,7 @@ class Crossover(Experiment):
     def export_table(self, summary):
         """Per (init, level gamma1): the beta where the measured ratio T_relu / T_softmax crosses 1
         (the bracket of grid values), against the closed-form crossing (exact equiangular ODEs)."""
-        from ..export import equiangular_starts, ratio_crossings, table
+        from ..export import equiangular_starts, ratio_crossings, seed_count, table
 
         lines = ["init", "cluster_threshold"]
         mid, low, high = ratio_crossings(summary.ratio.transpose(*lines, "beta"), "beta")
@@ -145,6 +145,8 @@ class Crossover(Experiment):
                               "ratio - 1| along the line"),
             "relu_frozen_max": (summary.frozen_fraction.max("beta"), "largest fraction of relu runs on the "
                                 "line that froze into several clusters and never reached the level"),
+            "seeds": (seed_count(summary.t_cluster, lines), "seeds each median time is over (the fewest at "
+                      "any point of the line)", "1"),
         }
         return table(summary, lines, columns)
 

@@ -182,7 +182,7 @@ class Metastability(Experiment):
         """Per (H, d): the fitted growth of the longest plateau with beta, exponential rate and power-law
         exponent with their 95% intervals, and which of the two the data favour. The cited theorem
         gives the exponential form, not its rate: there is no closed form to set beside them."""
-        from ..export import table
+        from ..export import seed_count, table
 
         columns = {}
         for key, model in (("rate", "exponential rate: L ~ exp(rate beta)"),
@@ -194,6 +194,8 @@ class Metastability(Experiment):
             columns[f"{key}_high"] = (fit + half, "95% Student-t interval of the slope, upper end")
         columns["verdict"] = (summary.fit_verdict, "which model the per-beta means favour (lack of fit "
                                                    f"below {PREFERENCE:g} times the other's), or cannot tell")
+        columns["seeds"] = (seed_count(summary.plateau, ["H", "d"]), "seeds with a plateau per beta (the "
+                            "fewest at any beta of the line; the fits use the uncensored ones)", "1")
         return table(summary, ["H", "d"], columns)
 
     def plot(self, summary, spec):

@@ -111,7 +111,7 @@ class Orthogonality(Experiment):
         meeting the sufficient condition does, each bracketed by grid values; the largest overlap
         omega the grid's deltas produce. The condition is the bound's side: it can only hold where
         the runs are monotone."""
-        from ..export import crossings, table
+        from ..export import crossings, requested_seeds, table
 
         ds = self.with_axes(summary, Spec.of(summary))
         lines = [d for d in ds.frac_runs_monotone.dims if d != "delta"]
@@ -129,6 +129,8 @@ class Orthogonality(Experiment):
             columns[f"delta_{key}_high"] = (high, "the bracket's grid value above the crossing")
         columns["omega_max"] = (ds.cross_norm.max("delta"), "largest overlap omega = max ||M_h' M_h||_op "
                                                             "over the grid's deltas (and seeds)")
+        columns["seeds"] = (xr.DataArray(requested_seeds(summary)), "seeds per cell, which every share is "
+                            "over (the experiment block's)", "1")
         return table(ds, lines, columns)
 
     def plot(self, summary, spec):

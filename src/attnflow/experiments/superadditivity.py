@@ -97,7 +97,7 @@ class Superadditivity(Experiment):
         """Per (init, spread, beta): where the measured ratio T(equal) / T(unequal) crosses 1 along
         lambda_bar (the bracket of grid values), against the early-time boundary lambda_c(beta) and
         the crossing of the closed-form time ratio (equiangular ODE) on the same grid."""
-        from ..export import equiangular_starts, ratio_crossings, table
+        from ..export import equiangular_starts, ratio_crossings, seed_count, table
 
         lines = ["init", "spread", "beta"]
         mid, low, high = ratio_crossings(summary.ratio.transpose(*lines, "lambda_bar"), "lambda_bar")
@@ -117,6 +117,8 @@ class Superadditivity(Experiment):
             "lambda_cross_closed_low": (clow.where(equiangular), "its bracket, lower grid value"),
             "lambda_cross_closed_high": (chigh.where(equiangular), "its bracket, upper grid value"),
             "censored": (censored.astype(float), "1 if some runs on this line never clustered by t_max"),
+            "seeds": (seed_count(summary.t_cluster, lines), "seeds per grid point of the line, each median "
+                      "ratio is over (the fewest at any point of the line)", "1"),
         }
         return table(summary, lines, columns)
 

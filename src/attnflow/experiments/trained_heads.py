@@ -109,33 +109,24 @@ class TrainedHeads(Experiment):
         return out
 
     def export_table(self, summary):
-        """Per (layer, heads): the measured threshold in beta of per-head monotonicity (mean and 95%
-        interval over seeds, as beta_star), next to the same layer's orthogonal idealisation (the
-        configuration the closed form idealises) and the layer's measured head geometry."""
-        from ..export import table
-        from ._common import t_interval
+        """Per (layer, heads): the measured threshold in beta of per-head monotonicity (as beta_star: mean
+        over the seeds on the grid, a 95% interval that keeps the grid's resolution and its censoring, the
+        seed counts), next to the same layer's orthogonal idealisation (the configuration the closed form
+        idealises) and the layer's measured head geometry."""
+        from ..export import table, threshold_columns
 
-        per_seed, _, _ = grid_threshold((1 - summary.mono_path).where(summary.mono_path.notnull()),
-                                        summary.beta)
-        mean, half = xr.apply_ufunc(t_interval, per_seed, input_core_dims=[["seed"]],
-                                    output_core_dims=[[], []], vectorize=True)
-        columns = {
-            "beta_mono": (mean, "measured threshold in beta above which some head's energy falls before "
-                                "clustering: mean over seeds of each seed's bracket midpoint"),
-            "beta_mono_low": (mean - half, "95% Student-t interval of the mean over seeds, lower end "
-                                          "(with few seeds it can reach below 0)"),
-            "beta_mono_high": (mean + half, "95% Student-t interval of the mean over seeds, upper end"),
-            "beta_mono_below_grid": (summary.beta_mono_below_grid, "fraction of seeds failing at the "
-                                                                   "smallest beta"),
-            "beta_mono_above_grid": (summary.beta_mono_above_grid, "fraction of seeds never failing"),
-        }
+        fails = (1 - summary.mono_path).where(summary.mono_path.notnull())
+        columns = threshold_columns("beta_mono", fails, "beta", "every head's energy non-decreasing up to "
+                                                               "the clustering time")
         if "trained_orthogonal" in summary.heads.values:
-            columns["beta_mono_orthogonal"] = (mean.sel(heads="trained_orthogonal", drop=True),
-                                               "the same layer's exactly orthogonal heads of equal strength")
+            orthogonal = columns["beta_mono"][0].sel(heads="trained_orthogonal", drop=True)
+            columns["beta_mono_orthogonal"] = (orthogonal,
+                                               "the same layer's exactly orthogonal heads of equal strength: "
+                                               "the beta_mono of its row", "1")
         columns["principal_angle_median"] = (summary.principal_angle.median("angle"),
-                                             "median principal angle between the layer's heads (degrees)")
+                                             "median principal angle between the layer's heads", "degree")
         columns["cross_norm_max"] = (summary.cross_norm.max("pair"),
-                                     "largest normalised overlap ||M_h' M_h|| / (||M_h'|| ||M_h||)")
+                                     "largest normalised overlap ||M_h' M_h|| / (||M_h'|| ||M_h||)", "1")
         return table(summary, ["layer", "heads"], columns)
 
     def plot(self, summary, spec):

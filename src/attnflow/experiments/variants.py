@@ -80,7 +80,7 @@ class Variants(Experiment):
         largest residual and the least share of runs with a monotone total energy over beta, and how
         far along beta every run keeps every head monotone (Thm 19's small-beta property). No closed
         form: beta* is derived for equal scalar heads, the beta_star experiment's setting."""
-        from ..export import table
+        from ..export import requested_seeds, table
 
         ds = self.with_axes(summary, Spec.of(summary))
         lines = [d for d in ds.frac_heads_monotone.dims if d != "beta"]
@@ -100,6 +100,8 @@ class Variants(Experiment):
             "frac_heads_monotone_min": (heads.min("beta"), "least share of runs with every head monotone, "
                                         "over the line"),
         }
+        columns["seeds"] = (xr.DataArray(requested_seeds(summary)), "seeds per cell, which every share is "
+                            "over (the experiment block's)", "1")
         return table(ds, lines, columns)
 
     def plot(self, summary, spec):
