@@ -173,12 +173,23 @@ def _export(args) -> int:
     from .access import NotBuiltError
     from .errors import ConfigError
     from .experiments import NoExport
-    from .export import export, write_csv, write_json
-    from .store import CorruptStore
+    from .export import STDOUT, export, metadata_path, output_problem, write_csv, write_json
+    from .store import CorruptStore, StaleStore
 
+    # The destinations first: a path that cannot take the table costs one line, not a computed export.
+    problems = [output_problem(path, option) for option, path in (("--csv", args.csv), ("--json", args.json))
+                if path is not None]
+    if args.csv not in (None, STDOUT):
+        problems.append(output_problem(str(metadata_path(args.csv)), "--csv (its metadata file)"))
+    if args.csv == args.json is not None:
+        problems.append(f"--csv and --json name the same destination {args.csv}")
+    problems = [p for p in problems if p]
+    if problems:
+        print(f"attnflow export: {problems[0]}", file=sys.stderr)
+        return 2
     try:
         df = export(args.experiment, args.configfile, args.results)
-    except (ConfigError, NotBuiltError, NoExport, CorruptStore) as err:
+    except (ConfigError, NotBuiltError, NoExport, CorruptStore, StaleStore) as err:
         print(f"attnflow export: {err}", file=sys.stderr)
         return 2
     if args.csv:
@@ -186,9 +197,11 @@ def _export(args) -> int:
     if args.json:
         write_json(df, args.json)
     if not (args.csv or args.json):
-        df.to_csv(sys.stdout, index=False, float_format="%.10g")
+        write_csv(df, STDOUT)
     for path in filter(None, (args.csv, args.json)):
-        print(f"{args.experiment}: {len(df)} rows -> {path}", file=sys.stderr)
+        if path != STDOUT:
+            also = f" (and its metadata, {metadata_path(path)})" if path == args.csv else ""
+            print(f"{args.experiment}: {len(df)} rows -> {path}{also}", file=sys.stderr)
     return 0
 
 
@@ -237,58 +250,104 @@ def _bound(text: str) -> float:
     return value
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="attnflow", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    status = sub.add_parser("status", help="cells done, missing, failed, corrupt and interrupted")
-    status.add_argument("--configfile", default="config/config.yaml")
-    status.add_argument("--results", help="override the config's results directory")
+DESCRIPTION = ("The command line of attnflow, beside the workflow itself (snakemake): a sweep's state and "
+               "plan, refinement of a boundary, an experiment's table for a paper, the config schema and the "
+               "generated docs.")
+DEFAULT_CONFIG = "config/config.yaml"
+
+
+def _configfile(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--configfile", default=DEFAULT_CONFIG, metavar="FILE",
+                        help="the sweep config, a YAML file (default: %(default)s)")
+
+
+def _experiment(parser: argparse.ArgumentParser, names: list[str], which: str) -> None:
+    """The positional experiment argument, its help listing the experiments it takes. Not argparse
+    choices: a config's experiment_modules may add experiments, which are checked against the config."""
+    parser.add_argument("experiment", metavar="EXPERIMENT",
+                        help=f"{which}: one of {', '.join(names)} (or one that the config's "
+                             "experiment_modules adds)")
+
+
+def _command(commands, name: str, summary: str, **kwargs) -> argparse.ArgumentParser:
+    """A subcommand whose one-line summary in ``attnflow --help`` also heads its own ``--help``."""
+    kwargs.setdefault("description", summary[0].upper() + summary[1:] + ".")
+    return commands.add_parser(name, help=summary, **kwargs)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .experiments import Experiment, registry
+
+    experiments = list(registry())
+    exporting = [e.name for e in experiments if type(e).export_table is not Experiment.export_table]
+    refining = [e.name for e in experiments if e.refine_axis]
+    parser = argparse.ArgumentParser(prog="attnflow", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"attnflow {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    status = _command(commands, "status", "cells done, missing, failed, corrupt and interrupted",
+                            description="Per experiment: its cells by state, the summaries to rebuild, the "
+                                        "stores above the accuracy certificate's bound, and an ETA.")
+    _configfile(status)
+    status.add_argument("--results", metavar="DIR", help="override the config's results directory")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--deep", action="store_true",
                         help="read every byte of every store against its checksums (finds bit rot, which the "
                              "check of sizes and times at every start cannot see)")
     status.add_argument("--cores", type=_positive, help="cores the run uses, for its ETA (default: all here)")
-    status.add_argument("--certificate-bound", type=_bound, default=CERTIFICATE_BOUND,
+    status.add_argument("--certificate-bound", type=_bound, default=CERTIFICATE_BOUND, metavar="BOUND",
                         help="flag finished stores whose accuracy certificate exceeds this (default "
                              f"{CERTIFICATE_BOUND:g})")
     status.set_defaults(func=_status)
-    schema = sub.add_parser("schema", help="the config's JSON schema (YAML), generated from Cell and the "
+    schema = _command(commands, "schema", "the config's JSON schema (YAML), generated from Cell and the "
                                            "experiments")
-    schema.add_argument("--output", help="write to this file instead of stdout")
+    schema.add_argument("--output", metavar="FILE", help="write to this file instead of stdout")
     schema.set_defaults(func=_schema)
-    docs = sub.add_parser("docs", help="docs/experiments.md and docs/config.md, generated from the code")
-    docs.add_argument("--output", help="write both pages into this directory instead of stdout")
+    docs = _command(commands, "docs", "docs/experiments.md and docs/config.md, generated from the code")
+    docs.add_argument("--output", metavar="DIR",
+                      help="write both pages into this directory instead of stdout")
     docs.set_defaults(func=_docs)
-    refine = sub.add_parser("refine", help="refine an experiment's boundary: add bracket midpoints to its "
-                                           "grid and run only the new cells")
-    refine.add_argument("experiment")
-    refine.add_argument("--configfile", default="config/config.yaml")
-    refine.add_argument("--rounds", type=_positive, default=1, help="each round halves every bracket (>= 1)")
-    refine.add_argument("--snakefile", help="the workflow to run (default: Snakefile in the working "
-                                            "directory)")
-    refine.epilog = ("Arguments after -- go to snakemake (default --cores all), e.g. "
-                     "attnflow refine beta_star --rounds 3 -- --profile profiles/slurm")
+    refine = _command(commands, "refine", "refine an experiment's boundary: add bracket midpoints to its "
+                                           "grid and run only the new cells",
+                            epilog="Arguments after -- go to snakemake (default --cores all), e.g. "
+                                   "attnflow refine beta_star --rounds 3 -- --profile profiles/slurm")
+    _experiment(refine, refining, "the experiment whose boundary to refine")
+    _configfile(refine)
+    refine.add_argument("--rounds", type=_positive, default=1,
+                        help="each round halves every bracket (>= 1; default: %(default)s)")
+    refine.add_argument("--snakefile", metavar="FILE", help="the workflow to run (default: Snakefile in the "
+                                                            "working directory)")
     refine.set_defaults(func=_refine)
-    plan = sub.add_parser("plan", help="before a run: cells (new, done, failed, stale), jobs, core-hours, "
+    plan = _command(commands, "plan", "before a run: cells (new, done, failed, stale), jobs, core-hours, "
                                        "wall time and the largest job's memory, from the SLURM cost model")
-    plan.add_argument("--configfile", default="config/config.yaml")
-    plan.add_argument("--profile", help="a Snakemake profile (directory): its cores, jobs and threads")
+    _configfile(plan)
+    plan.add_argument("--profile", metavar="DIR",
+                      help="a Snakemake profile (directory): its cores, jobs and threads")
     plan.add_argument("--cores", type=_positive,
                       help="cores to run on (default: the profile's, else all here)")
-    plan.add_argument("--results", help="override the config's results directory")
+    plan.add_argument("--results", metavar="DIR", help="override the config's results directory")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=_plan)
-    export = sub.add_parser("export", help="an experiment's measured thresholds, boundaries and fitted "
-                                           "exponents with their intervals and closed forms, one row per "
-                                           "grid line (CSV or JSON)")
-    export.add_argument("experiment")
-    export.add_argument("--configfile", default="config/config.yaml")
-    export.add_argument("--results", help="override the config's results directory")
-    export.add_argument("--csv", metavar="FILE", help="write the table as CSV")
-    export.add_argument("--json", metavar="FILE", help="write the table, its column descriptions and "
-                                                       "provenance as JSON")
-    export.epilog = "Without --csv or --json the CSV goes to stdout."
+    export = _command(commands, "export", "an experiment's measured thresholds, boundaries and fitted "
+                                           "exponents with their intervals, seed counts and closed forms, "
+                                           "one row per grid line (CSV or JSON)",
+                            epilog="Without --csv or --json the CSV goes to stdout. Every path is checked "
+                                   "before anything is computed.")
+    _experiment(export, exporting, "the experiment whose table to write")
+    _configfile(export)
+    export.add_argument("--results", metavar="DIR", help="override the config's results directory")
+    export.add_argument("--csv", metavar="FILE",
+                        help="write the table as CSV, and beside it FILE-metadata.json (CSVW): every "
+                             "column's description and units, the table's provenance ('-': the CSV alone to "
+                             "stdout)")
+    export.add_argument("--json", metavar="FILE", help="write the table, its columns' descriptions and units "
+                                                       "and its provenance as JSON ('-': stdout)")
     export.set_defaults(func=_export)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = _parser()
     # Split at "--" before parsing, so that options may come in any order before it and
     # snakemake's own options after it are never read as attnflow's.
     argv = list(sys.argv[1:] if argv is None else argv)
