@@ -113,6 +113,9 @@ NOT_RUN = {
         "a benchmark: sweeps of 10,000 and 100,000 cells from scratch (12 minutes on 2 cores)",
     "python benchmarks/bench_peers.py": "a benchmark against jax/diffrax and torch/torchode (not installed)",
     "python benchmarks/bench_peers.py --no-scipy": "the same benchmark without scipy's one-by-one route",
+    "python benchmarks/bench_peers.py --cells S,M,L --no-scipy --repeat 5 --busy-core M":
+        "the same benchmark, the sizes and options of docs/performance.md's latest table",
+    "python -m pytest": "this test suite itself (README command 2, whose timings docs/performance.md lists)",
     "pip install -e '.[bench]'": "installs jax and torch (gigabytes) for the benchmarks",
 }
 
