@@ -10,7 +10,7 @@ import xarray as xr
 from attnflow import theory
 from attnflow.cli import main as attnflow_main
 from attnflow.experiments import NoExport, registry
-from attnflow.export import crossings, first_crossing, slope_interval
+from attnflow.export import crossings, crossings_beyond, first_crossing, slope_interval
 from attnflow.store import open_verified
 
 pytestmark = pytest.mark.workflow
@@ -246,6 +246,13 @@ def test_helpers():
     field = xr.DataArray([[0.0, 1.0], [0.0, 0.2]], dims=("k", "x"), coords={"x": [1.0, 4.0]})
     mid, low, high = crossings(field, "x", 0.5)
     assert float(mid[0]) == pytest.approx(2.0) and np.isnan(float(mid[1]))
+    # Lines that never cross: beyond the grid on the side the stated direction puts the crossing.
+    field = xr.DataArray([[0.9, 0.8], [0.3, 0.1], [0.9, 0.1]], dims=("k", "x"), coords={"x": [1.0, 4.0]})
+    mid, low, high = crossings_beyond(field, "x", 0.5, falling=True)
+    assert np.isnan(mid[:2]).all() and float(mid[2]) == pytest.approx(2.0)
+    assert low.values.tolist() == [4.0, 0.0, 1.0] and high.values.tolist() == [np.inf, 1.0, 4.0]
+    mid, low, high = crossings_beyond(field, "x", 0.5, falling=False)  # rising: the other way round
+    assert low.values.tolist()[:2] == [0.0, 4.0] and high.values.tolist()[:2] == [1.0, np.inf]
     x = np.arange(6.0)
     slope, lo, hi = slope_interval(x, 2 * x + 1 + 0.01 * np.sin(7 * x))
     assert lo < slope < hi and slope == pytest.approx(2.0, abs=0.01)
@@ -345,8 +352,11 @@ def test_orthogonality_table_brackets_where_runs_stop_being_monotone(tiny_run, t
     for key, share in (("monotone", summary.frac_runs_monotone), ("condition", summary.frac_runs_condition)):
         share = share.sel(beta=row.beta)
         side = np.sign(share.sortby("delta").values - 0.5)
-        if np.isnan(row[f"delta_{key}"]):
+        if np.isnan(row[f"delta_{key}"]):  # one side all along: the bracket beyond the grid, that side
             assert (side == side[0]).all()
+            deltas = share.delta.values
+            beyond = (deltas.max(), np.inf) if side[0] > 0 else (-np.inf, deltas.min())
+            assert (row[f"delta_{key}_low"], row[f"delta_{key}_high"]) == beyond
         else:
             low, high = (float(share.sel(delta=row[f"delta_{key}_{end}"])) for end in ("low", "high"))
             assert (low - 0.5) * (high - 0.5) <= 0 and low != high

@@ -210,10 +210,40 @@ def crossings(field: xr.DataArray, axis: str, level: float, *, geometric: bool =
         output_dtypes=[float, float, float])
 
 
-def ratio_crossings(ratio: xr.DataArray, axis: str):
-    """``crossings`` of a ratio through 1 along ``axis``. Non-positive entries, which no ratio of times
-    has, are left out; the bracket is that of the log-ratio through 0, without taking logs."""
-    return crossings(ratio.where(ratio > 0), axis, 1.0)
+def _beyond(values: np.ndarray, xs: np.ndarray, level: float, falling: bool, floor: float):
+    """One line that never crosses ``level``: the bracket beyond the grid where it would, if it goes
+    through the level the way ``falling`` says; NaNs for a line without values or on both sides."""
+    ok = np.isfinite(values)
+    values, xs = values[ok] - level, xs[ok]
+    if not values.size or not ((values > 0).all() or (values < 0).all()):
+        return np.nan, np.nan
+    if (values[0] > 0) == falling:  # still on the near side at the grid's end: it crosses above it
+        return xs.max(), np.inf
+    return floor, xs.min()
+
+
+def crossings_beyond(field: xr.DataArray, axis: str, level: float, *, falling: bool, geometric: bool = True):
+    """``crossings``, where a line that stays on one side of ``level`` gets the bracket beyond the grid
+    on the side where it would cross, going down through the level as the axis grows (``falling``) or
+    up: (last value, inf) or (floor, first value), floor 0 on a positive axis, -inf otherwise. The
+    estimate stays NaN there: the grid does not hold the crossing."""
+    mid, low, high = crossings(field, axis, level, geometric=geometric)
+    xs = field[axis].values.astype(float)
+    floor = 0.0 if xs.min() > 0 else -np.inf
+    out_low, out_high = xr.apply_ufunc(
+        lambda v: _beyond(np.asarray(v, float), xs, level, falling, floor), field,
+        input_core_dims=[[axis]], output_core_dims=[[], []], vectorize=True, output_dtypes=[float, float])
+    return mid, low.fillna(out_low), high.fillna(out_high)
+
+
+def ratio_crossings(ratio: xr.DataArray, axis: str, *, falling: bool | None = None):
+    """``crossings`` of a ratio through 1 along ``axis`` (``crossings_beyond`` with ``falling``).
+    Non-positive entries, which no ratio of times has, are left out; the bracket is that of the
+    log-ratio through 0, without taking logs."""
+    ratio = ratio.where(ratio > 0)
+    if falling is None:
+        return crossings(ratio, axis, 1.0)
+    return crossings_beyond(ratio, axis, 1.0, falling=falling)
 
 
 def equiangular_starts(summary: xr.Dataset) -> xr.DataArray:
@@ -372,6 +402,7 @@ def write_json(df: pd.DataFrame, path) -> None:
         stream.close()
 
 
-__all__ = ["crossings", "equiangular_starts", "export", "first_crossing", "metadata_path", "output_problem",
-           "ratio_crossings", "seed_brackets", "slope_interval", "table", "threshold_columns",
-           "threshold_interval", "time_units", "write_csv", "write_json"]
+__all__ = ["crossings", "crossings_beyond", "equiangular_starts", "export", "first_crossing", "metadata_path",
+           "output_problem", "ratio_crossings", "requested_seeds", "seed_brackets", "seed_count",
+           "slope_interval", "table", "threshold_columns", "threshold_interval", "time_units", "write_csv",
+           "write_json"]

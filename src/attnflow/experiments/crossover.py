@@ -130,15 +130,20 @@ class Crossover(Experiment):
         from ..export import equiangular_starts, ratio_crossings, seed_count, table
 
         lines = ["init", "cluster_threshold"]
-        mid, low, high = ratio_crossings(summary.ratio.transpose(*lines, "beta"), "beta")
+        # relu is faster at large beta: the ratio falls through 1, and a line above 1 all along the grid
+        # has its crossing (if any) above it.
+        mid, low, high = ratio_crossings(summary.ratio.transpose(*lines, "beta"), "beta", falling=True)
         equiangular = equiangular_starts(summary)
         gap = np.abs(summary.rel_error).max("beta")  # NaN where no particle run reached the level
         columns = {
             "beta_cross": (mid, "measured boundary: beta where the ratio of median times T_relu / T_softmax "
                                 "crosses 1 (geometric midpoint of the first bracket; NaN: no crossing on "
                                 "the grid); relu is faster above it"),
-            "beta_cross_low": (low, "the bracket's grid value below the crossing"),
-            "beta_cross_high": (high, "the bracket's grid value above the crossing"),
+            "beta_cross_low": (low, "the bracket's grid value below the crossing; a ratio above 1 along "
+                                    "the whole line: the largest beta (the crossing is above the grid); "
+                                    "below 1 all along: 0 (below the grid)"),
+            "beta_cross_high": (high, "the bracket's grid value above the crossing; above the grid: inf; "
+                                      "below it: the smallest beta"),
             "beta_cross_closed": (summary.beta_cross, "where the closed-form ratio (exact time integrals "
                                   "of the two equiangular ODEs from gamma0 = 1/sqrt(d)) is 1"),
             "max_rel_error": (gap.where(equiangular), "equiangular starts: largest |measured / closed-form "

@@ -111,7 +111,7 @@ class Orthogonality(Experiment):
         meeting the sufficient condition does, each bracketed by grid values; the largest overlap
         omega the grid's deltas produce. The condition is the bound's side: it can only hold where
         the runs are monotone."""
-        from ..export import crossings, requested_seeds, table
+        from ..export import crossings_beyond, requested_seeds, table
 
         ds = self.with_axes(summary, Spec.of(summary))
         lines = [d for d in ds.frac_runs_monotone.dims if d != "delta"]
@@ -122,11 +122,16 @@ class Orthogonality(Experiment):
         }
         columns = {}
         for key, (share, what) in shares.items():
-            mid, low, high = crossings(share.transpose(*lines, "delta"), "delta", 0.5)
+            # The shares fall as delta grows: one above 1/2 all along the grid crosses (if at all) above it.
+            mid, low, high = crossings_beyond(share.transpose(*lines, "delta"), "delta", 0.5, falling=True)
             columns[f"delta_{key}"] = (mid, f"perturbation norm delta where {what} falls through 1/2 "
                                             "(midpoint of the first bracket; NaN: no crossing on the grid)")
-            columns[f"delta_{key}_low"] = (low, "the bracket's grid value below the crossing")
-            columns[f"delta_{key}_high"] = (high, "the bracket's grid value above the crossing")
+            columns[f"delta_{key}_low"] = (low, "the bracket's grid value below the crossing; a share above "
+                                                "1/2 along the whole line: the largest delta (the crossing "
+                                                "is above the grid); below 1/2 all along: 0 on a grid of "
+                                                "positive deltas, else -inf (below the grid)")
+            columns[f"delta_{key}_high"] = (high, "the bracket's grid value above the crossing; above the "
+                                                  "grid: inf; below it: the smallest delta")
         columns["omega_max"] = (ds.cross_norm.max("delta"), "largest overlap omega = max ||M_h' M_h||_op "
                                                             "over the grid's deltas (and seeds)")
         columns["seeds"] = (xr.DataArray(requested_seeds(summary)), "seeds per cell, which every share is "
