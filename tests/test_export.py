@@ -281,6 +281,8 @@ def test_trained_heads_table_from_a_synthetic_summary():
     assert row.beta_mono_low < row.beta_mono < row.beta_mono_high
     assert np.isnan(row.beta_mono_orthogonal)  # the idealisation never fails on this grid
     assert row.principal_angle_median == 80.0 and row.cross_norm_max == 0.3
+    assert (row.seeds, row.beta_mono_seeds, row.beta_mono_above_grid) == (3, 3, 0)
+    assert df[(df.layer == 0) & (df.heads == "trained_orthogonal")].iloc[0].beta_mono_above_grid == 3
 
 
 def test_metastability_table_is_the_fit_per_grid_line():
@@ -305,6 +307,7 @@ def test_metastability_table_is_the_fit_per_grid_line():
     assert exponential.verdict == "looks exponential in beta"
     assert power.power_low < 2.0 < power.power_high
     assert power.verdict == "looks like a power of beta"
+    assert (df.seeds == seeds).all()
 
 
 def test_crossover_table_brackets_the_closed_form_crossing():
@@ -340,7 +343,7 @@ def test_crossover_table_brackets_the_closed_form_crossing():
     assert (eq.beta_cross_low <= eq.beta_cross_closed).all()
     assert (eq.beta_cross_closed <= eq.beta_cross_high).all()
     assert (eq.max_rel_error < 1e-12).all() and df[df.init == "uniform"].max_rel_error.isna().all()
-    assert (df.relu_frozen_max == 0).all()
+    assert (df.relu_frozen_max == 0).all() and (df.seeds == 2).all()
 
 
 def test_orthogonality_table_brackets_where_runs_stop_being_monotone(tiny_run, tmp_path):
@@ -398,6 +401,7 @@ def test_variants_table_from_a_synthetic_summary():
     assert df.loc[("softmax", "causal"), "beta_heads_all"] == 4.0
     assert np.isnan(df.loc[("usa", "causal"), "beta_heads_all"])
     assert df.loc[("softmax", "none"), "frac_heads_monotone_min"] == 0.5
+    assert (df.seeds == exp.defaults["fixed"].get("seeds", 1)).all()
 
 
 def test_t_interval_of_lines_without_values_is_nan_and_silent():
