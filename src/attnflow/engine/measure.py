@@ -15,11 +15,11 @@ from enum import IntEnum
 import numba
 import numpy as np
 
-from ..attention import Energy, Entropy, Weights
+from ..attention import Energy, Entropy, MaskRule, Weights
 from .blas import matmul, padded
 from .borrow import borrow, dereference
 from .expo import exp_inplace
-from .field import copy_into, lane_sum, transpose_into
+from .field import attended, copy_into, lane_sum, transpose_into
 
 
 class Group(IntEnum):
@@ -169,21 +169,22 @@ def _add_transpose(c):
 
 
 # The rules with a branch in ``measure``: ``check_compiled`` refuses any other.
-COMPILED_METRICS = frozenset({Metric.EPSILON, Metric.GAMMA_MEAN})  # branches of criterion_value, dopri._met
+# Metrics: branches of criterion_value, dopri._met and dopri._sampled_value.
+COMPILED_METRICS = frozenset({Metric.EPSILON, Metric.GAMMA_MEAN})
 COMPILED_ENERGIES = frozenset({Energy.EXP, Energy.SOFTPLUS})
 COMPILED_ENTROPIES = frozenset({Entropy.SOFTMAX, Entropy.SIGMOID})
 
 
 @numba.njit(cache=True, inline="always")
-def _softmax_parts(flow, h, beta, causal, ws, sc):
+def _softmax_parts(flow, h, beta, mask, ws, sc):
     """Row-stochastic ``p`` with ``exp(beta s_ij) = Z_i e^{beta m_i} p_ij`` into ``sc.p``, ``sc.m``, ``sc.z``.
 
     From the field's weights where they are exponentials under the same mask,
-    else from the raw scores. ``causal``: rows over ``j <= i``, the rest 0.
+    else from the raw scores. ``mask`` (``MaskRule``): rows over the pairs it keeps, the rest 0.
     """
     n = ws.w.shape[1]
     p = sc.p
-    if (flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP) and causal == flow.causal:
+    if (flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP) and mask == flow.mask:
         for i in range(n):
             inv = 1.0 / ws.rowsum[h, i]
             sc.m[i] = ws.rowmax[h, i]
@@ -193,7 +194,7 @@ def _softmax_parts(flow, h, beta, causal, ws, sc):
         return
     s = ws.sraw[h]
     for i in range(n):
-        active = i + 1 if causal else n
+        active = attended(mask, i, n)
         m = s[i, 0]
         for j in range(1, active):
             m = max(m, s[i, j])
@@ -224,9 +225,9 @@ def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     (not), so no product is needed.
     """
     exponential = flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP
-    if shared_rows and not flow.causal and exponential:
+    if shared_rows and flow.mask == MaskRule.NONE and exponential:
         return _exp_energy_sums(beta, ws.rowmax[h], ws.rowsum[h], ws.f[h], flow.normalised, xdot)
-    _softmax_parts(flow, h, beta, False, ws, sc)
+    _softmax_parts(flow, h, beta, MaskRule.NONE, ws, sc)
     matmul(sc.p, ws.y[h], sc.py)
     return _exp_energy_sums(beta, sc.m, sc.z, sc.py, True, xdot)
 
@@ -267,7 +268,7 @@ def _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc):
             e = np.exp(-abs(a))
             energy += max(a, 0.0) + np.log1p(e)
             coeff[i, j] = 1.0 / (1.0 + e) if a >= 0.0 else e / (1.0 + e)
-    if shared_rows and not flow.causal and not flow.normalised and flow.weights == Weights.SIGMOID:
+    if shared_rows and flow.mask == MaskRule.NONE and not flow.normalised and flow.weights == Weights.SIGMOID:
         rate = _frobenius(xdot, ws.f[h])
     else:
         matmul(coeff, ws.y[h], sc.py)
@@ -305,7 +306,7 @@ def _score_rates(xdot, ws, sc):
 def _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
     """Entropy of ``p = softmax_j(beta s_ij)`` (over ``j <= i`` under a mask) and Thm 27's exact rate."""
     n = xdot.shape[0]
-    _softmax_parts(flow, h, beta, flow.causal, ws, sc)
+    _softmax_parts(flow, h, beta, flow.mask, ws, sc)
     p, m, z = sc.p, sc.m, sc.z
     s, s_rate = ws.sraw[h], sc.sdot[h]
     row = sc.row
@@ -336,7 +337,7 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
     logit, rate = sc.p, sc.sdot[h]  # rate overwrites the score rate s_rate it reads, entry by entry
     s_rate = rate
     for i in range(n):
-        active = i + 1 if flow.causal else n
+        active = attended(flow.mask, i, n)
         total = 0.0
         for j in range(active):
             a = beta * s[i, j] - bias
