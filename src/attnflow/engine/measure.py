@@ -329,7 +329,9 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
 
     With logits ``l_j = log sigma(a_j)``, ``a = beta s - log n``: ``H_i = log Z_i -
     sum_j p_j l_j`` and ``dH_i/dt = -Cov_p(l, dl/dt)``, ``dl_j/dt = (1 - sigma(a_j))
-    beta ds_j/dt`` (Thm 27's argument, with these logits).
+    beta ds_j/dt`` (Thm 27's argument, with these logits). A row whose sum ``Z_i`` is
+    not a normal float (every score of the row far below ``log n / beta``, as in the
+    flat geometry) is taken in the log domain (``_sigmoid_entropy_row_logs``).
     """
     n = xdot.shape[0]
     s = ws.sraw[h]
@@ -347,6 +349,12 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
             rate[i, j] = (1.0 - w) * beta * s_rate[i, j]
             sc.row[j] = w
             total += w
+        if not total >= _SMALLEST_NORMAL:  # zero or subnormal: 1 / Z_i overflows or loses its digits
+            entropy, entropy_rate = _sigmoid_entropy_row_logs(logit[i, :active], rate[i, :active],
+                                                              sc.row[:active])
+            out.entropy[b, t, h, i] = entropy
+            out.entropy_rate[b, t, h, i] = entropy_rate
+            continue
         mean_l = 0.0
         for j in range(active):
             mean_l += sc.row[j] / total * logit[i, j]
@@ -355,6 +363,34 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
             cov += sc.row[j] / total * (logit[i, j] - mean_l) * rate[i, j]
         out.entropy[b, t, h, i] = np.log(total) - mean_l
         out.entropy_rate[b, t, h, i] = -cov
+
+
+_SMALLEST_NORMAL = np.finfo(np.float64).tiny
+
+
+@numba.njit(cache=True, inline="never")
+def _sigmoid_entropy_row_logs(logit, rate, p):
+    """One row's (entropy, rate) of ``_sigmoid_entropy`` from its logits alone, shifted by their
+    maximum ``l*``: ``u_j = l_j - l*`` (<= 0, one of them 0), ``S = sum_j e^{u_j}`` in [1, n],
+    ``p_j = e^{u_j} / S``, ``H_i = log S - sum_j p_j u_j`` and ``dH_i/dt = -Cov_p(u, dl/dt)``
+    (shifting the logits changes neither). ``rate``: ``dl_j/dt``; ``p``: scratch of the row's length.
+    Not inlined: rows this small are rare."""
+    logit, rate, p = borrow((logit, rate, p))
+    top = logit[0]
+    for j in range(1, logit.size):
+        top = max(top, logit[j])
+    total = 0.0
+    for j in range(logit.size):
+        p[j] = np.exp(logit[j] - top)
+        total += p[j]
+    mean_u = 0.0
+    for j in range(logit.size):
+        p[j] /= total
+        mean_u += p[j] * (logit[j] - top)
+    cov = 0.0
+    for j in range(logit.size):
+        cov += p[j] * (logit[j] - top - mean_u) * rate[j]
+    return np.log(total) - mean_u, -cov
 
 
 @numba.njit(cache=True)
