@@ -357,6 +357,49 @@ def test_the_compile_lock_is_per_numba_cache(monkeypatch):
     assert first == again and compile_lock() != first
 
 
+def test_the_compile_lock_lives_in_the_users_own_cache_directory(monkeypatch, tmp_path):
+    # On 24e6db2 it was a predictable name in the shared temporary directory, opened for append:
+    # another user could create or hold it, and every job of ours waited.
+    import os
+    import stat
+
+    import numba
+
+    from attnflow.engine.threads import compile_lock, compile_once
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    own = tmp_path / "cache" / "attnflow"
+    assert compile_lock().parent == own
+    assert stat.S_IMODE(own.stat().st_mode) == 0o700 and own.stat().st_uid == os.getuid()
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert compile_lock().parent == tmp_path / "home" / ".cache" / "attnflow"
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kernel = numba.njit(lambda a: a[0] + 1.0)
+    compile_once(kernel, (np.zeros(1),))
+    assert kernel.overloads
+    assert stat.S_IMODE(compile_lock().stat().st_mode) == 0o600
+
+
+def test_a_cache_directory_others_may_write_in_is_not_used_for_the_lock(monkeypatch, tmp_path, capfd):
+    import numba
+
+    from attnflow.engine.threads import compile_lock, compile_once
+
+    shared = tmp_path / "cache" / "attnflow"
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(PermissionError, match=rf"{shared}: not this user's own directory"):
+        compile_lock()
+    kernel = numba.njit(lambda a: a[0] + 2.0)
+    compile_once(kernel, (np.zeros(1),))  # compiles all the same: the lock only saves time
+    assert kernel.overloads
+    assert "compiling the engine without the compile lock" in capfd.readouterr().err
+    assert list(shared.iterdir()) == []
+
+
 def _flat_sigmoid_rows():
     """Four tokens in R^3, far from the sphere, scored by M = -I at beta = 1 (a = -<x_i, x_j> - log 4):
     every sigmoid weight of row 0 underflows to 0, row 1's sum is subnormal, rows 2 and 3 are normal
