@@ -8,7 +8,11 @@ import numpy as np
 
 def allowed(n, mask):
     """(n, n) booleans: which j token i attends to."""
-    return np.tril(np.ones((n, n), dtype=bool)) if mask == "causal" else np.ones((n, n), dtype=bool)
+    if mask == "none":
+        return np.ones((n, n), dtype=bool)
+    if mask == "causal":
+        return np.tril(np.ones((n, n), dtype=bool))
+    raise NotImplementedError(f"reference: mask {mask!r} has no oracle here")
 
 
 def head_outputs(x, score_matrices, beta, attention, values=None, mask="none"):
@@ -28,8 +32,10 @@ def head_outputs(x, score_matrices, beta, attention, values=None, mask="none"):
         elif attention == "sigmoid":
             with np.errstate(over="ignore"):  # exp(+large) = inf: the weight's limit 1 / inf = 0, exactly
                 w = np.where(keep, 1.0 / (1.0 + np.exp(-(beta * s - np.log(n)))), 0.0)
-        else:
+        elif attention == "relu":
             w = np.where(keep, np.maximum(beta * s, 0.0) / n, 0.0)
+        else:
+            raise NotImplementedError(f"reference: attention {attention!r} has no oracle here")
         out.append((w, w @ (x @ v.T)))
     return out
 
@@ -37,7 +43,8 @@ def head_outputs(x, score_matrices, beta, attention, values=None, mask="none"):
 def velocity(x, score_matrices, beta, attention, spherical=True, values=None, mask="none"):
     n = x.shape[0]
     v = sum(f for _, f in head_outputs(x, score_matrices, beta, attention, values, mask))
-    if attention == "usa":
+    # docs/model.md: usa averages the head outputs, the others add them (head_outputs refuses others)
+    if {"usa": True, "softmax": False, "relu": False, "sigmoid": False}[attention]:
         v = v / n
     if spherical:
         v = v - np.sum(v * x, axis=1, keepdims=True) * x

@@ -357,6 +357,120 @@ def test_the_compile_lock_is_per_numba_cache(monkeypatch):
     assert first == again and compile_lock() != first
 
 
+def test_the_compile_lock_lives_in_the_users_own_cache_directory(monkeypatch, tmp_path):
+    # On 24e6db2 it was a predictable name in the shared temporary directory, opened for append:
+    # another user could create or hold it, and every job of ours waited.
+    import os
+    import stat
+
+    import numba
+
+    from attnflow.engine.threads import compile_lock, compile_once
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    own = tmp_path / "cache" / "attnflow"
+    assert compile_lock().parent == own
+    assert stat.S_IMODE(own.stat().st_mode) == 0o700 and own.stat().st_uid == os.getuid()
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert compile_lock().parent == tmp_path / "home" / ".cache" / "attnflow"
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kernel = numba.njit(lambda a: a[0] + 1.0)
+    compile_once(kernel, (np.zeros(1),))
+    assert kernel.overloads
+    assert stat.S_IMODE(compile_lock().stat().st_mode) == 0o600
+
+
+def test_a_cache_directory_others_may_write_in_is_not_used_for_the_lock(monkeypatch, tmp_path, capfd):
+    import numba
+
+    from attnflow.engine.threads import compile_lock, compile_once
+
+    shared = tmp_path / "cache" / "attnflow"
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(PermissionError, match=rf"{shared}: not this user's own directory"):
+        compile_lock()
+    kernel = numba.njit(lambda a: a[0] + 2.0)
+    compile_once(kernel, (np.zeros(1),))  # compiles all the same: the lock only saves time
+    assert kernel.overloads
+    assert "compiling the engine without the compile lock" in capfd.readouterr().err
+    assert list(shared.iterdir()) == []
+
+
+def _flat_sigmoid_rows():
+    """Four tokens in R^3, far from the sphere, scored by M = -I at beta = 1 (a = -<x_i, x_j> - log 4):
+    every sigmoid weight of row 0 underflows to 0, row 1's sum is subnormal, rows 2 and 3 are normal
+    (asserted below)."""
+    unit = lambda v: np.asarray(v, float) / np.linalg.norm(v)  # noqa: E731
+    x = np.array([[40.0, 0.0, 0.0], 35.7 * unit([1, 0.1, 0]), 20.0 * unit([1, 0, 0.05]),
+                  20.06 * unit([1, -0.04, 0.03])])
+    return x, -np.eye(3)[None]
+
+
+def _mp_entropies(x, m, beta):
+    """(entropy, entropy_rate) of each row of the row-normalised sigmoid weights, in mpmath at 40
+    digits, where nothing underflows: the rate as the derivative of the entropy along the flat
+    velocity v_i = sum_j w_ij M x_j."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    n, d = x.shape
+    X = mpmath.matrix(x.tolist())
+    M = mpmath.matrix(m[0].tolist())
+
+    def weights(y):
+        s = y * M * y.T
+        return [[1 / (1 + mpmath.exp(mpmath.log(n) - beta * s[i, j])) for j in range(n)] for i in range(n)]
+
+    def entropy(y, i):
+        w = weights(y)[i]
+        total = mpmath.fsum(w)
+        return -mpmath.fsum((wj / total) * mpmath.log(wj / total) for wj in w)
+
+    w = weights(X)
+    v = mpmath.matrix(n, d)
+    for i in range(n):
+        for k in range(d):
+            v[i, k] = mpmath.fsum(w[i][j] * (M * X.T)[k, j] for j in range(n))
+    h = [entropy(X, i) for i in range(n)]
+    c = 1 / max(abs(e) for e in v)  # the velocities are ~1e-173: differentiate along v / |v| instead
+    rate = [mpmath.diff(lambda tau, i=i: entropy(X + tau * c * v, i), 0) / c for i in range(n)]
+    return np.array([float(e) for e in h]), np.array([float(r) for r in rate])
+
+
+def test_sigmoid_entropy_in_flat_space_where_the_weights_underflow_matches_mpmath():
+    # On 24e6db2 a row whose weights all underflow (far from the sphere, flat geometry) raised
+    # ZeroDivisionError in a worker thread; now such rows are taken in the log domain.
+    x, m = _flat_sigmoid_rows()
+    a = -(x @ x.T) - np.log(4)
+    sums = np.exp(a).sum(axis=1)
+    assert sums[0] == 0.0 and 0.0 < sums[1] < np.finfo(float).tiny and np.all(sums[2:] > 1e-200)
+    got = observe(x[None], m[None], attention="sigmoid", beta=1.0, spherical=False, groups=("entropy",))
+    want, want_rate = _mp_entropies(x, m, 1.0)
+    # The float64 scores, ~1e3, carry up to d eps |x_i||x_j| ~ 5e-13 absolute: so do the logits, and
+    # the entropies (sums of p_j (l_j - mean), with p summing to 1) to within a few times that.
+    np.testing.assert_allclose(got["entropy"][0, 0], want, rtol=0, atol=2e-12)
+    # The rates: that error relative to every logit difference and score rate, summed over a row of
+    # 4 terms, against the largest rate (a margin of 2.5 over 4 x 5e-13).
+    scale = np.max(np.abs(want_rate))
+    np.testing.assert_allclose(got["entropy_rate"][0, 0], want_rate, rtol=0, atol=5e-12 * scale)
+    assert np.all(want_rate != 0.0)
+
+
+def test_a_flat_sigmoid_cell_recording_the_entropy_runs_where_the_weights_underflow():
+    # The same tokens as a cell: the flat flow is frozen there (every velocity below 1e-170), so each
+    # sample's entropies are those at x0.
+    x, m = _flat_sigmoid_rows()
+    cell = Cell(H=1, n=4, d=3, attention="sigmoid", geometry="flat", beta=1.0, seeds=1, t_max=1.0,
+                n_samples=3, observables=["entropy"])
+    ds = simulate(cell, x0=x, score_matrices=m)
+    want, _ = _mp_entropies(x, m, 1.0)
+    np.testing.assert_allclose(ds.entropy.values[0, :, 0], np.broadcast_to(want, (3, 4)), rtol=0, atol=2e-12)
+    assert np.all(np.isfinite(ds.entropy_rate.values))
+
+
 def test_batch_inputs_of_the_wrong_shape_are_refused_naming_the_argument():
     # The compiled code would fail on these without a name, or broadcast what it should not.
     rng = np.random.default_rng(0)

@@ -14,7 +14,8 @@ Each rule is an enum whose members the engine implements, one branch each;
 branch, by name, at import and at every ``solve`` (there is no default
 branch to fall into). Adding a type is one entry here plus, for a new rule,
 its member and its branch in ``engine/field.py`` (and ``engine/measure.py``
-for a new energy or entropy).
+for a new energy or entropy). Masks are declared the same way: each names its
+``MaskRule``, and ``attnflow.engine.check_mask`` refuses one without a branch.
 """
 
 from __future__ import annotations
@@ -111,15 +112,27 @@ ATTENTIONS: Registry[AttentionType] = Registry("attention", [
 ])
 
 
+class MaskRule(IntEnum):
+    """Mask rules of the compiled field and observables (``engine.field.attended``, ``_mask_rows``)."""
+
+    NONE = 0  # every token attends to every token
+    CAUSAL = 1  # token i attends to tokens j <= i only
+
+
 @dataclasses.dataclass(frozen=True)
 class Mask:
     name: str
-    causal: bool  # token i attends to tokens j <= i only (the engine's one masked branch)
+    rule: MaskRule  # which pairs the engine keeps; a rule without its compiled branch is refused
     description: str
+
+    @property
+    def masked(self) -> bool:
+        """Whether some pairs are left out (every rule but ``NONE``): then no gradient flow (result 9)."""
+        return self.rule != MaskRule.NONE
 
 
 MASKS: Registry[Mask] = Registry("mask", [
-    Mask("none", False, "every token attends to every token"),
-    Mask("causal", True, "token i attends to tokens j <= i only (softmax normalises over j <= i); not a "
-         "gradient flow (docs/model.md, result 9)"),
+    Mask("none", MaskRule.NONE, "every token attends to every token"),
+    Mask("causal", MaskRule.CAUSAL, "token i attends to tokens j <= i only (softmax normalises over j <= i); "
+         "not a gradient flow (docs/model.md, result 9)"),
 ])

@@ -8,7 +8,7 @@ import xarray as xr
 from . import __version__
 from .attention import ATTENTIONS
 from .cell import INT64_MAX, MAX_EXPONENT, MIN_RTOL, Cell
-from .engine import IntegrationError, solve
+from .engine import IntegrationError, criterion_text, solve
 from .heads import Form, head_matrices
 from .observables import variables
 from .resources import oversized
@@ -136,8 +136,7 @@ def simulate(
     for var in variables(cell.observables):
         data_vars[var.name] = (("seed", "time") + var.dims, recorded[var.name],
                                {"units": var.units, "description": var.describe(attention)})
-    criterion = f"{cell.cluster_metric} {'<=' if cell.cluster_metric == 'epsilon' else '>='} " \
-                f"{cell.cluster_threshold:g}"
+    criterion = criterion_text(cell.cluster_metric, cell.cluster_threshold)
     data_vars["t_cluster"] = ("seed", result.t_cluster, {
         "units": "time",
         "description": f"first time {criterion} holds, located by bisection on the integrator's "

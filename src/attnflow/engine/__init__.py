@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from ..attention import ATTENTIONS, MASKS, AttentionType
+from ..attention import ATTENTIONS, MASKS, AttentionType, Energy, Entropy, Mask, MaskRule, Weights
 from ..heads import Form
 from ..numerics import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 from ..observables import GROUPS, canonical_groups, variables
@@ -38,14 +38,17 @@ from .dopri import (
     observe_batch,
     solve_batch,
 )
-from .field import COMPILED_FORMS, COMPILED_WEIGHTS, Flow, HeadArrays
+from .field import COMPILED_FORMS, COMPILED_MASKS, COMPILED_WEIGHTS, Flow, HeadArrays
 from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
 from .threads import run_threads
 
-__all__ = ["EngineResult", "IntegrationError", "check_compiled", "compilations", "observe", "solve"]
+__all__ = ["EngineResult", "IntegrationError", "check_compiled", "check_mask", "compilations",
+           "criterion_text", "observe", "solve"]
 
 
 METRICS = {"epsilon": Metric.EPSILON, "gamma_mean": Metric.GAMMA_MEAN}
+# How each metric meets its threshold (``dopri._met``'s branches), as the stored descriptions say it.
+COMPARISONS = {Metric.EPSILON: "<=", Metric.GAMMA_MEAN: ">="}
 
 
 def check_compiled(kind: AttentionType) -> None:
@@ -53,14 +56,37 @@ def check_compiled(kind: AttentionType) -> None:
 
     The compiled dispatch has no default branch: a rule without its own would
     otherwise stop the run inside the loop, or, in a careless edit, run as another.
+    A rule must be a member of its enum: a bool or an int equal to a member's
+    value would otherwise pass for that member.
     """
-    for rule, compiled, where in ((kind.weights, COMPILED_WEIGHTS, "field.attention_weights"),
-                                  (kind.energy, COMPILED_ENERGIES, "measure.measure"),
-                                  (kind.entropy, COMPILED_ENTROPIES, "measure.measure")):
-        if rule not in compiled:
+    for rule, enum, compiled, where in ((kind.weights, Weights, COMPILED_WEIGHTS, "field.attention_weights"),
+                                        (kind.energy, Energy, COMPILED_ENERGIES, "measure.measure"),
+                                        (kind.entropy, Entropy, COMPILED_ENTROPIES, "measure.measure")):
+        if not isinstance(rule, enum) or rule not in compiled:
             raise NotImplementedError(
                 f"attention {kind.name!r} declares {type(rule).__name__} rule {rule!r}, which has no "
                 f"compiled branch in attnflow.engine.{where}")
+
+
+def check_mask(mask: Mask) -> None:
+    """Refuse a mask declaration whose rule has no compiled branch, naming the mask and the rule
+    (as ``check_compiled`` for attention types): the compiled mask dispatch has no default branch,
+    so a new mask never runs as another."""
+    if not isinstance(mask.rule, MaskRule) or mask.rule not in COMPILED_MASKS:
+        raise NotImplementedError(
+            f"mask {mask.name!r} declares {type(mask.rule).__name__} rule {mask.rule!r}, which has no "
+            "compiled branch in attnflow.engine.field.attended and _mask_rows")
+
+
+def _metric(name: str) -> Metric:
+    if name not in METRICS:
+        raise ValueError(f"cluster_metric: {name!r}, expected one of {', '.join(METRICS)}")
+    return METRICS[name]
+
+
+def criterion_text(metric: str, threshold: float) -> str:
+    """The clustering criterion in words, as ``epsilon <= 0.001``."""
+    return f"{metric} {COMPARISONS[_metric(metric)]} {threshold:g}"
 
 
 def _check_groups() -> None:
@@ -71,27 +97,34 @@ def _check_groups() -> None:
 
 
 def _check_enums() -> None:
-    """Every head form and clustering metric has its compiled branch (those branches have no default)."""
-    for enum, compiled in ((Form, COMPILED_FORMS), (Metric, COMPILED_METRICS)):
+    """Every head form, clustering metric and mask rule has its compiled branch (those branches have no
+    default), and every metric its comparison."""
+    for enum, compiled in ((Form, COMPILED_FORMS), (Metric, COMPILED_METRICS), (MaskRule, COMPILED_MASKS),
+                           (Metric, COMPARISONS)):
         missing = [member.name for member in enum if member not in compiled]
         if missing:
             raise NotImplementedError(f"engine {enum.__name__} {missing} has no compiled branch")
 
 
-# At import: every declared attention type, observable group, head form and metric has its
+# At import: every declared attention type, mask, observable group, head form and metric has its
 # compiled part.
 for _kind in ATTENTIONS:
     check_compiled(_kind)
+for _mask in MASKS:
+    check_mask(_mask)
 _check_groups()
 _check_enums()
 
 
-def flow_of(attention: str | AttentionType, spherical: bool, mask: str = "none") -> Flow:
-    """The compiled flow record of an attention type (a name or a declaration), geometry and mask."""
+def flow_of(attention: str | AttentionType, spherical: bool, mask: str | Mask = "none") -> Flow:
+    """The compiled flow record of an attention type and a mask (each a name or a declaration) and
+    geometry."""
     kind = attention if isinstance(attention, AttentionType) else ATTENTIONS.get(attention)
     check_compiled(kind)
+    masking = mask if isinstance(mask, Mask) else MASKS.get(mask)
+    check_mask(masking)
     return Flow(int(kind.weights), bool(kind.normalised), bool(kind.velocity_over_n), int(kind.energy),
-                int(kind.entropy), MASKS.get(mask).causal, bool(spherical))
+                int(kind.entropy), int(masking.rule), bool(spherical))
 
 
 def _sampling(groups) -> Sampling:
@@ -126,12 +159,13 @@ class EngineResult:
 def head_form(score_matrices, diagonal, factors, d: int) -> Form:
     """The cheapest exact form to apply the score matrices in: factored when ``r <= d/2``, diagonal
     (also dense matrices that are diagonal), or dense."""
-    if factors is not None and factors[1].shape[-1] <= d // 2:
-        return Form.FACTORED
-    if diagonal is not None or (score_matrices is not None
-                                and np.all(score_matrices == score_matrices * np.eye(d))):
+    if factors is not None:
+        return Form.FACTORED if factors[1].shape[-1] <= d // 2 else Form.DENSE
+    if diagonal is not None:
         return Form.DIAGONAL
-    return Form.DENSE
+    if score_matrices is not None:
+        return Form.DIAGONAL if np.all(score_matrices == score_matrices * np.eye(d)) else Form.DENSE
+    raise ValueError("give the score matrices in exactly one form: score_matrices, diagonal or factors")
 
 
 def _head_arrays(x0, score_matrices, diagonal, factors, values):
@@ -153,9 +187,11 @@ def _head_arrays(x0, score_matrices, diagonal, factors, values):
         diag = diagonal if diagonal is not None else np.diagonal(score_matrices, axis1=-2, axis2=-1)
     elif form == Form.DENSE:
         dense = score_matrices
-    else:
+    elif form == Form.FACTORED:
         u, eig = factors
         ut = np.swapaxes(u, -1, -2)
+    else:  # every Form has its branch here (COMPILED_FORMS, checked at import)
+        raise NotImplementedError(f"engine: head form {form!r} has no arrays")
     as_array = lambda a, empty: empty if a is None else _writable(a)  # noqa: E731
     values_t = None if values is None else np.swapaxes(values, -1, -2)
     return form, HeadArrays(int(form), as_array(diag, empty2), as_array(dense, empty3), as_array(u, empty3),
@@ -271,7 +307,7 @@ def solve(
     beta: float | np.ndarray,
     spherical: bool,
     t_eval: np.ndarray,
-    mask: str = "none",
+    mask: str | Mask = "none",
     rtol: float,
     atol: float,
     max_steps: int,
@@ -301,7 +337,8 @@ def solve(
     groups : observable groups to record (``attnflow.observables``)
     cluster_metric, cluster_threshold : the criterion whose first crossing is ``t_cluster``
     stop_at_cluster : end each trajectory there; its later samples stay NaN
-    mask : ``attnflow.attention.MASKS``: ``none``, or ``causal`` (token i attends to j <= i)
+    mask : a name in ``attnflow.attention.MASKS`` (``none``, or ``causal``: token i attends to j <= i)
+        or a ``Mask`` declaration
     fixed_step : take steps of this size with no error control (convergence tests)
     in_span : where every head is a multiple of the identity (``M_h = lambda_h I``, values aligned)
         and n < d, integrate in the n-dimensional span of each trajectory's initial tokens, which
@@ -311,8 +348,7 @@ def solve(
     """
     flow = flow_of(attention, spherical, mask)
     _check_batch(x0, score_matrices, diagonal, factors, values, beta)
-    if cluster_metric not in METRICS:
-        raise ValueError(f"cluster_metric: {cluster_metric!r}, expected one of {', '.join(METRICS)}")
+    metric = _metric(cluster_metric)
     if fixed_step is None and not (0.0 < rtol < 1.0 and atol > 0.0):  # fixed steps control no error
         raise ValueError(f"rtol = {rtol!r}, atol = {atol!r}: need 0 < rtol < 1 and atol > 0")
     if int(max_steps) < 1:
@@ -333,7 +369,7 @@ def solve(
     stats = Stats(np.zeros((B, 4), dtype=np.int64), np.zeros((B, 4)))
     control = Control(float(rtol), float(atol), int(max_steps),
                       0.0 if fixed_step is None else float(fixed_step))
-    criterion = Criterion(int(METRICS[cluster_metric]), float(cluster_threshold), 1.0 - float(cluster_eps),
+    criterion = Criterion(int(metric), float(cluster_threshold), 1.0 - float(cluster_eps),
                           bool(stop_at_cluster))
     with loaded_blas().limit(limits=1):
         run_threads(solve_batch, B, x0, head_arrays, flow, _per_trajectory(beta, B), t_eval, _method(tableau),
@@ -365,7 +401,7 @@ def observe(
     attention: str | AttentionType,
     beta: float,
     spherical: bool = True,
-    mask: str = "none",
+    mask: str | Mask = "none",
     values: np.ndarray | None = None,
     factors=None,
     groups=("cosines", "velocity", "energy", "radial", "entropy"),

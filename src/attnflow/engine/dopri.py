@@ -115,6 +115,16 @@ def _rms_scaled(a, y, rtol, atol):
     return np.sqrt(total / a.size)
 
 
+@numba.njit(cache=True, inline="always")
+def _sampled_value(out, b, t, metric):
+    """The clustering metric at sample ``t`` of trajectory ``b``, from what ``measure`` recorded there."""
+    if metric == Metric.EPSILON:
+        return 1.0 - out.gamma_min[b, t]
+    if metric == Metric.GAMMA_MEAN:
+        return out.gamma_mean[b, t]
+    return np.nan  # unreachable: every Metric has a branch (checked at import); NaN never meets one
+
+
 @numba.njit(cache=True)
 def _met(value, metric, threshold):
     if metric == Metric.EPSILON:
@@ -230,8 +240,7 @@ def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, 
             drift = max(drift, measure(xs, xs, sampling, flow, beta, hd.shared, criterion.level,
                                        ws_ref, sc_ref, out_ref, b, next_sample))
         if not found:
-            value = (1.0 - out.gamma_min[b, next_sample] if criterion.metric == Metric.EPSILON
-                     else out.gamma_mean[b, next_sample])
+            value = _sampled_value(out, b, next_sample, criterion.metric)
             if _met(value, criterion.metric, criterion.threshold):
                 t_cluster = _locate(y, buf.stages, h, t, sigma_unmet, sigma, method.poly, buf.weights,
                                     flow.spherical, criterion, xs, dereference(ws_ref), dereference(sc_ref))

@@ -14,7 +14,7 @@ from collections import namedtuple
 import numba
 import numpy as np
 
-from ..attention import Weights
+from ..attention import MaskRule, Weights
 from ..heads import Form
 from .blas import matmul, padded
 from .borrow import borrow, dereference, flat
@@ -32,8 +32,8 @@ HeadArrays = namedtuple("HeadArrays", "form diagonal dense u ut eig values_t sha
 # every flow compiles to the same specialisation.
 #   weights, energy, entropy: the rules (``Weights``, ``Energy``, ``Entropy``)
 #   normalised, over_n: rows divided by Z_i; v = (1/n) sum_h f^h
-#   causal: token i attends to j <= i only;  spherical: project onto the tangent space
-Flow = namedtuple("Flow", "weights normalised over_n energy entropy causal spherical")
+#   mask: which pairs attend (``MaskRule``);  spherical: project onto the tangent space
+Flow = namedtuple("Flow", "weights normalised over_n energy entropy mask spherical")
 
 # Buffers of one trajectory, reused by every evaluation. After ``field`` they hold
 # that evaluation's intermediate results, which ``measure`` reads.
@@ -115,16 +115,32 @@ def lane_max(a):
 COMPILED_WEIGHTS = frozenset({Weights.SOFTMAX, Weights.EXP, Weights.RELU, Weights.SIGMOID})
 # The head forms with a branch in ``head_rows`` and ``field``.
 COMPILED_FORMS = frozenset({Form.DIAGONAL, Form.DENSE, Form.FACTORED})
+# The mask rules with a branch in ``attended`` and ``_mask_rows``: ``check_mask`` refuses any other.
+COMPILED_MASKS = frozenset({MaskRule.NONE, MaskRule.CAUSAL})
 
 
 @numba.njit(cache=True, inline="always")
-def _mask_rows(s, causal):
-    """Zero the weights a causal mask removes (j > i), after the rule computed them."""
-    if causal:
-        n = s.shape[0]
+def attended(mask, i, n):
+    """How many tokens token ``i`` attends to, the first ones (j < attended), under the mask rule."""
+    if mask == MaskRule.NONE:
+        return n
+    if mask == MaskRule.CAUSAL:
+        return i + 1
+    return 0  # unreachable: check_mask refuses a rule without its branch; an empty row gives NaN
+
+
+@numba.njit(cache=True, inline="always")
+def _mask_rows(s, mask):
+    """Zero the weights the mask removes, after the rule computed them."""
+    if mask == MaskRule.NONE:
+        return
+    n = s.shape[0]
+    if mask == MaskRule.CAUSAL:  # j > i
         for i in range(n):
             for j in range(i + 1, n):
                 s[i, j] = 0.0
+    else:  # unreachable: check_mask refuses a rule without its branch; poison, as attention_weights
+        s[:, :] = np.nan
 
 
 @numba.njit(cache=True, inline="always")
@@ -138,8 +154,8 @@ def attention_weights(flow, s, beta, rowmax, rowsum):
     ``beta ||M_h||``), ``Z_i`` kept for the observables. relu: ``max(beta
     s_ij, 0) / n``. sigmoid: ``1 / (1 + exp(log n - beta s_ij))``, ``Z_i`` kept
     for the entropy (``Cell``'s bound keeps the exponent below 709). Under a
-    causal mask, ``m_i`` and ``Z_i`` run over ``j <= i`` and the other weights
-    are 0. Whole-matrix passes, so each loop is long enough to vectorise.
+    mask, ``m_i`` and ``Z_i`` run over the pairs it keeps (``j <= i``: causal)
+    and the other weights are 0. Whole-matrix passes, so each loop is long enough to vectorise.
     ``rowmax``/``rowsum`` keep ``m_i`` (0 but for softmax) and ``Z_i``.
     """
     n = s.shape[0]
@@ -150,19 +166,21 @@ def attention_weights(flow, s, beta, rowmax, rowsum):
             rowmax[i] = 0.0
             for j in range(n):
                 s[i, j] = max(beta * s[i, j], 0.0) * inv_n
-        _mask_rows(s, flow.causal)
+        _mask_rows(s, flow.mask)
         if flow.normalised:  # a declaration may ask to normalise any rule's rows
             for i in range(n):
                 rowsum[i] = lane_sum(s[i])
         return
     if kind == Weights.SOFTMAX:
         for i in range(n):
-            if flow.causal:  # a plain loop: lane_max on a slice costs every row 10% (measured)
+            if flow.mask == MaskRule.NONE:
+                m = lane_max(s[i])
+            elif flow.mask == MaskRule.CAUSAL:  # a plain loop: lane_max on a slice costs every row 10%
                 m = s[i, 0]
                 for j in range(1, i + 1):
                     m = max(m, s[i, j])
-            else:
-                m = lane_max(s[i])
+            else:  # unreachable: check_mask refuses a rule without its branch; poison
+                m = np.nan
             rowmax[i] = m
             for j in range(n):
                 s[i, j] = beta * (s[i, j] - m)
@@ -181,13 +199,13 @@ def attention_weights(flow, s, beta, rowmax, rowsum):
         # Unreachable: check_compiled refuses such a declaration by name before any compiled code
         # runs. Poison, not raise: a raise here made every field evaluation 8% slower (measured).
         s[:, :] = np.nan
-    _mask_rows(s, flow.causal)  # masked entries may exceed exp's range: never exponentiate them
+    _mask_rows(s, flow.mask)  # masked entries may exceed exp's range: never exponentiate them
     exp_inplace(flat(s))  # not s.ravel(): numba's reshape helper cost 1% of a small cell's run
     if kind == Weights.SIGMOID:
         for i in range(n):
             for j in range(n):
                 s[i, j] = 1.0 / (1.0 + s[i, j])
-    _mask_rows(s, flow.causal)
+    _mask_rows(s, flow.mask)
     for i in range(n):
         rowsum[i] = lane_sum(s[i])
 
@@ -286,13 +304,15 @@ def field(x, out, heads_ref, flow, beta, keep_scores, need_rows, work_ref):
             matmul(zl, zt, s)  # s_ij = <x_i, M_h x_j> = z_i^T diag(e) z_j
             if need_rows:
                 head_rows(x, hd, h, ws)
-        else:
+        elif hd.form == Form.DIAGONAL or hd.form == Form.DENSE:
             # A product per head, not one for every head ([Y_1; ...; Y_H] X^T): OpenBLAS computes
             # rows at the tail of a block with another kernel, so a head's scores would depend on
             # where its rows sit in the stack (last bits, at n = 3 or 17, say), and the one product
             # gained 7% at n = d = 8 and lost 8% at n = d = 64, H = 8 (measured).
             head_rows(x, hd, h, ws)
             matmul(ws.y[h], ws.xt, s)  # s_ij = <M_h x_i, x_j>
+        else:  # unreachable: every Form has a branch (checked at import); poison, as attention_weights
+            s[:, :] = np.nan
         if keep_scores:
             copy_into(ws.sraw[h], s)
         attention_weights(flow, s, beta, ws.rowmax[h], ws.rowsum[h])
@@ -303,8 +323,10 @@ def field(x, out, heads_ref, flow, beta, keep_scores, need_rows, work_ref):
         elif hd.form == Form.FACTORED:
             matmul(s, ws.zl[h], ws.wz)
             matmul(ws.wz, hd.ut[h], f)
-        else:
+        elif hd.form == Form.DIAGONAL or hd.form == Form.DENSE:
             matmul(s, ws.y[h], f)
+        else:  # unreachable, as above
+            f[:, :] = np.nan
         row_scale(flow, f, ws.rowsum[h])
         for i in range(n):
             for k in range(d):

@@ -15,11 +15,11 @@ from enum import IntEnum
 import numba
 import numpy as np
 
-from ..attention import Energy, Entropy, Weights
+from ..attention import Energy, Entropy, MaskRule, Weights
 from .blas import matmul, padded
 from .borrow import borrow, dereference
 from .expo import exp_inplace
-from .field import copy_into, lane_sum, transpose_into
+from .field import attended, copy_into, lane_sum, transpose_into
 
 
 class Group(IntEnum):
@@ -169,21 +169,22 @@ def _add_transpose(c):
 
 
 # The rules with a branch in ``measure``: ``check_compiled`` refuses any other.
-COMPILED_METRICS = frozenset({Metric.EPSILON, Metric.GAMMA_MEAN})  # branches of criterion_value, dopri._met
+# Metrics: branches of criterion_value, dopri._met and dopri._sampled_value.
+COMPILED_METRICS = frozenset({Metric.EPSILON, Metric.GAMMA_MEAN})
 COMPILED_ENERGIES = frozenset({Energy.EXP, Energy.SOFTPLUS})
 COMPILED_ENTROPIES = frozenset({Entropy.SOFTMAX, Entropy.SIGMOID})
 
 
 @numba.njit(cache=True, inline="always")
-def _softmax_parts(flow, h, beta, causal, ws, sc):
+def _softmax_parts(flow, h, beta, mask, ws, sc):
     """Row-stochastic ``p`` with ``exp(beta s_ij) = Z_i e^{beta m_i} p_ij`` into ``sc.p``, ``sc.m``, ``sc.z``.
 
     From the field's weights where they are exponentials under the same mask,
-    else from the raw scores. ``causal``: rows over ``j <= i``, the rest 0.
+    else from the raw scores. ``mask`` (``MaskRule``): rows over the pairs it keeps, the rest 0.
     """
     n = ws.w.shape[1]
     p = sc.p
-    if (flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP) and causal == flow.causal:
+    if (flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP) and mask == flow.mask:
         for i in range(n):
             inv = 1.0 / ws.rowsum[h, i]
             sc.m[i] = ws.rowmax[h, i]
@@ -193,7 +194,7 @@ def _softmax_parts(flow, h, beta, causal, ws, sc):
         return
     s = ws.sraw[h]
     for i in range(n):
-        active = i + 1 if causal else n
+        active = attended(mask, i, n)
         m = s[i, 0]
         for j in range(1, active):
             m = max(m, s[i, j])
@@ -224,9 +225,9 @@ def _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc):
     (not), so no product is needed.
     """
     exponential = flow.weights == Weights.SOFTMAX or flow.weights == Weights.EXP
-    if shared_rows and not flow.causal and exponential:
+    if shared_rows and flow.mask == MaskRule.NONE and exponential:
         return _exp_energy_sums(beta, ws.rowmax[h], ws.rowsum[h], ws.f[h], flow.normalised, xdot)
-    _softmax_parts(flow, h, beta, False, ws, sc)
+    _softmax_parts(flow, h, beta, MaskRule.NONE, ws, sc)
     matmul(sc.p, ws.y[h], sc.py)
     return _exp_energy_sums(beta, sc.m, sc.z, sc.py, True, xdot)
 
@@ -267,7 +268,7 @@ def _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc):
             e = np.exp(-abs(a))
             energy += max(a, 0.0) + np.log1p(e)
             coeff[i, j] = 1.0 / (1.0 + e) if a >= 0.0 else e / (1.0 + e)
-    if shared_rows and not flow.causal and not flow.normalised and flow.weights == Weights.SIGMOID:
+    if shared_rows and flow.mask == MaskRule.NONE and not flow.normalised and flow.weights == Weights.SIGMOID:
         rate = _frobenius(xdot, ws.f[h])
     else:
         matmul(coeff, ws.y[h], sc.py)
@@ -305,7 +306,7 @@ def _score_rates(xdot, ws, sc):
 def _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
     """Entropy of ``p = softmax_j(beta s_ij)`` (over ``j <= i`` under a mask) and Thm 27's exact rate."""
     n = xdot.shape[0]
-    _softmax_parts(flow, h, beta, flow.causal, ws, sc)
+    _softmax_parts(flow, h, beta, flow.mask, ws, sc)
     p, m, z = sc.p, sc.m, sc.z
     s, s_rate = ws.sraw[h], sc.sdot[h]
     row = sc.row
@@ -328,7 +329,9 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
 
     With logits ``l_j = log sigma(a_j)``, ``a = beta s - log n``: ``H_i = log Z_i -
     sum_j p_j l_j`` and ``dH_i/dt = -Cov_p(l, dl/dt)``, ``dl_j/dt = (1 - sigma(a_j))
-    beta ds_j/dt`` (Thm 27's argument, with these logits).
+    beta ds_j/dt`` (Thm 27's argument, with these logits). A row whose sum ``Z_i`` is
+    not a normal float (every score of the row far below ``log n / beta``, as in the
+    flat geometry) is taken in the log domain (``_sigmoid_entropy_row_logs``).
     """
     n = xdot.shape[0]
     s = ws.sraw[h]
@@ -336,7 +339,7 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
     logit, rate = sc.p, sc.sdot[h]  # rate overwrites the score rate s_rate it reads, entry by entry
     s_rate = rate
     for i in range(n):
-        active = i + 1 if flow.causal else n
+        active = attended(flow.mask, i, n)
         total = 0.0
         for j in range(active):
             a = beta * s[i, j] - bias
@@ -346,6 +349,12 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
             rate[i, j] = (1.0 - w) * beta * s_rate[i, j]
             sc.row[j] = w
             total += w
+        if not total >= _SMALLEST_NORMAL:  # zero or subnormal: 1 / Z_i overflows or loses its digits
+            entropy, entropy_rate = _sigmoid_entropy_row_logs(logit[i, :active], rate[i, :active],
+                                                              sc.row[:active])
+            out.entropy[b, t, h, i] = entropy
+            out.entropy_rate[b, t, h, i] = entropy_rate
+            continue
         mean_l = 0.0
         for j in range(active):
             mean_l += sc.row[j] / total * logit[i, j]
@@ -354,6 +363,34 @@ def _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t):
             cov += sc.row[j] / total * (logit[i, j] - mean_l) * rate[i, j]
         out.entropy[b, t, h, i] = np.log(total) - mean_l
         out.entropy_rate[b, t, h, i] = -cov
+
+
+_SMALLEST_NORMAL = np.finfo(np.float64).tiny
+
+
+@numba.njit(cache=True, inline="never")
+def _sigmoid_entropy_row_logs(logit, rate, p):
+    """One row's (entropy, rate) of ``_sigmoid_entropy`` from its logits alone, shifted by their
+    maximum ``l*``: ``u_j = l_j - l*`` (<= 0, one of them 0), ``S = sum_j e^{u_j}`` in [1, n],
+    ``p_j = e^{u_j} / S``, ``H_i = log S - sum_j p_j u_j`` and ``dH_i/dt = -Cov_p(u, dl/dt)``
+    (shifting the logits changes neither). ``rate``: ``dl_j/dt``; ``p``: scratch of the row's length.
+    Not inlined: rows this small are rare."""
+    logit, rate, p = borrow((logit, rate, p))
+    top = logit[0]
+    for j in range(1, logit.size):
+        top = max(top, logit[j])
+    total = 0.0
+    for j in range(logit.size):
+        p[j] = np.exp(logit[j] - top)
+        total += p[j]
+    mean_u = 0.0
+    for j in range(logit.size):
+        p[j] /= total
+        mean_u += p[j] * (logit[j] - top)
+    cov = 0.0
+    for j in range(logit.size):
+        cov += p[j] * (logit[j] - top - mean_u) * rate[j]
+    return np.log(total) - mean_u, -cov
 
 
 @numba.njit(cache=True)

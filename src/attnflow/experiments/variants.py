@@ -13,7 +13,7 @@ from ._common import SIGN_RTOL, all_heads_monotone
 
 def gradient_flow(attention: str, mask: str) -> bool:
     """Whether the energy identity dE/dt = (1/n) sum_i ||dx_i/dt||^2 is a theorem for this variant."""
-    return ATTENTIONS.get(attention).gradient_flow and not MASKS.get(mask).causal
+    return ATTENTIONS.get(attention).gradient_flow and not MASKS.get(mask).masked
 
 
 class Variants(Experiment):
@@ -138,7 +138,7 @@ class Variants(Experiment):
         for r, heads in enumerate(structures):
             sub = ds.sel(heads=heads)
             rows = [(a, m) for a in sub.attention.values for m in sub.mask.values]
-            labels = [f"{a}{' / ' + m if MASKS.get(m).causal else ''}{' *' if gradient_flow(a, m) else ''}"
+            labels = [f"{a}{' / ' + m if MASKS.get(m).masked else ''}{' *' if gradient_flow(a, m) else ''}"
                       for a, m in rows]
             for c, (var, title, cmap, _, logscale) in enumerate(panels):
                 panel = shown[var].sel(heads=heads)
