@@ -205,7 +205,9 @@ class Metastability(Experiment):
         counts = ds.cluster_count.astype(float).load().transpose(..., "time")
         times = ds.time.values
         runs = counts.values.reshape(-1, counts.sizes["time"])  # one row per (cell, seed)
-        tokens = cell_values(ds, "cell_n").broadcast_like(counts.isel(time=0)).transpose(*counts.dims[:-1])
+        # Tokens per cell: a store group's cells carry it in their attributes, a single run in its own.
+        n = cell_values(ds, "cell_n") if "cell" in ds.dims else xr.DataArray(float(ds.attrs["cell_n"]))
+        tokens = n.broadcast_like(counts.isel(time=0)).transpose(*counts.dims[:-1])
         found = [longest_plateau(times, run, n) for run, n in zip(runs, tokens.values.ravel(), strict=True)]
         length, censored, level = (np.array(v, dtype=float).reshape(counts.shape[:-1])
                                    for v in zip(*found, strict=True))
