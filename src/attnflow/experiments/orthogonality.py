@@ -353,7 +353,8 @@ class Orthogonality(Experiment):
         for g, geometry in enumerate(GEOMETRIES):
             ax = axes[0, g]
             share = ds.base_share.sel(geometry=geometry).values
-            spread = f"{np.nanmin(share):.0%}-{np.nanmax(share):.0%}"
+            low, high = f"{np.nanmin(share):.0%}", f"{np.nanmax(share):.0%}"
+            spread = low if low == high else f"{low}-{high}"
             ax.set_title(f"{geometry}: orthogonal heads monotone at\n{spread} of the configurations "
                          "(per beta)", fontsize=8)
             if "omega_edges" not in ds:
@@ -420,7 +421,7 @@ class Orthogonality(Experiment):
             finite = np.isfinite(crit)
             no_earlier = np.mean(crit[finite] >= pred[finite]) if finite.any() else np.nan
             ax.scatter(pred[finite], crit[finite], s=7, marker=marker, color=colour, alpha=0.6, lw=0,
-                       label=f"{geometry}: {np.mean(finite):.0%} fail, {no_earlier:.0%} of them no earlier")
+                       label=f"{geometry}: {np.mean(finite):.0%} fail, {no_earlier:.0%} ≥ predicted")
             top = np.nanmax([top, *crit[finite], *pred])
             low = np.nanmin([low, *pred])
             # Never failing up to the search's end: a triangle on the panel's top edge.
@@ -428,13 +429,13 @@ class Orthogonality(Experiment):
                        transform=ax.get_xaxis_transform(), clip_on=False)
         if np.isfinite(top):
             line = np.geomspace(low, top, 2)
-            ax.plot(line, line, "k--", lw=0.8, label="critical = predicted")
+            ax.plot(line, line, "k--", lw=0.8, label="= predicted")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(r"margin's prediction $\min_h \mathrm{margin}_h / \sum_i |u^h_i| \sum_{h'} |u^{h'}_i|$")
         ax.set_ylabel(r"critical $\omega$ along the run's perturbation")
         ax.set_title("critical overlap per configuration\n(triangles on top: never fails)", fontsize=8)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, 0.94))
+        ax.legend(fontsize=7, loc="lower right")  # below the diagonal: where the bound says nothing fails
         fixed = self.describe_fixed(spec, ("attention", "init", "H", "n", "d", "t_max", "seeds"))
         if others:
             fixed += f"; pooled over {', '.join(others)}"
