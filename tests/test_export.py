@@ -196,14 +196,16 @@ def test_clustering_probability_and_time(tiny_run, tmp_path):
     _, config, results = tiny_run
     df, _ = _export(tmp_path, config, "clustering_probability")
     summary = _summary(results, "clustering_probability")
-    assert len(df) == summary.sizes["H"] * summary.sizes["beta"]
+    columns = ("H", "spread", "d", "beta")
+    assert len(df) == np.prod([summary.sizes[k] for k in columns])
     for _, row in df.iterrows():
-        sel = {"H": row.H, "beta": row.beta}
+        sel = {k: row[k] for k in columns}
         assert row.t_closed == pytest.approx(float(summary.t_closed.sel(sel)))
+        assert row.median_over_closed == pytest.approx(row.t_median / row.t_closed, nan_ok=True)
         if np.isfinite(row.t_half):  # half the runs clustered within the band's bracket
             assert row.t_half_low <= row.t_half <= np.nan_to_num(row.t_half_high, nan=np.inf)
             p = summary.probability.sel(sel)  # a step in t: below 1/2 before the midpoint, not after
-            before, after = (float(p.sel(t=row.t_half, method=m)) for m in ("pad", "backfill"))
+            before, after = (float(p.sel(time=row.t_half, method=m)) for m in ("pad", "backfill"))
             assert before < 0.5 <= after
 
     df, doc = _export(tmp_path, config, "clustering_time")
@@ -346,35 +348,19 @@ def test_crossover_table_brackets_the_closed_form_crossing():
     assert (df.relu_frozen_max == 0).all() and (df.seeds == 2).all()
 
 
-def test_orthogonality_table_brackets_where_runs_stop_being_monotone(tiny_run, tmp_path):
+def test_orthogonality_table_is_per_geometry_and_beta(tiny_run, tmp_path):
     _, config, results = tiny_run
     df, doc = _export(tmp_path, config, "orthogonality")
     summary = _summary(results, "orthogonality")
-    assert len(df) == 1 and df.beta.tolist() == [1.0]  # beta fixed in the tiny config: one line
-    row = df.iloc[0]
-    for key, share in (("monotone", summary.frac_runs_monotone), ("condition", summary.frac_runs_condition)):
-        share = share.sel(beta=row.beta)
-        side = np.sign(share.sortby("delta").values - 0.5)
-        if np.isnan(row[f"delta_{key}"]):  # one side all along: the bracket beyond the grid, that side
-            assert (side == side[0]).all()
-            deltas = share.delta.values
-            beyond = (deltas.max(), np.inf) if side[0] > 0 else (-np.inf, deltas.min())
-            assert (row[f"delta_{key}_low"], row[f"delta_{key}_high"]) == beyond
-        else:
-            low, high = (float(share.sel(delta=row[f"delta_{key}_{end}"])) for end in ("low", "high"))
-            assert (low - 0.5) * (high - 0.5) <= 0 and low != high
-    assert row.omega_max == pytest.approx(float(summary.cross_norm.max()))
+    # beta fixed in the tiny config: one line per geometry the rates are evaluated in
+    assert sorted(df.geometry) == ["flat", "sphere"] and (df.beta == 1.0).all()
     assert set(doc["columns"]) == set(df.columns)  # the grid line's own columns described too
-    # Known shares along delta (the tiny run's stay at 1): the brackets where each falls through 1/2.
-    summary = summary.drop_dims("delta").assign_coords(delta=[0.0, 0.05, 0.1, 0.25]).assign(
-        frac_runs_monotone=(("beta", "delta"), [[1.0, 0.8, 0.4, 0.0]]),
-        frac_runs_condition=(("beta", "delta"), [[1.0, 0.2, 0.0, 0.0]]),
-        cross_norm=(("beta", "delta"), [[0.0, 0.1, 0.2, 0.6]]))
-    row = registry().get("orthogonality").export_table(summary).iloc[0]
-    assert (row.delta_monotone_low, row.delta_monotone_high) == (0.05, 0.1)
-    assert row.delta_monotone == pytest.approx(np.sqrt(0.05 * 0.1))
-    assert (row.delta_condition_low, row.delta_condition, row.delta_condition_high) == (0.0, 0.025, 0.05)
-    assert row.omega_max == 0.6
+    for _, row in df.iterrows():
+        kept = summary.monotone.sel(geometry=row.geometry, delta=summary.delta.max())
+        assert row.survival_delta_max == pytest.approx(float(kept.mean()), nan_ok=True)
+        if np.isfinite(row.survival_delta_max):  # the sufficient condition never claims a lost configuration
+            assert row.certified_delta_min <= 1.0 and row.survival_delta_max >= 0.0
+    assert df[df.geometry == "flat"].base_share.tolist() == [1.0]  # orthogonal heads: flat monotone (Thm 16)
 
 
 def test_variants_table_from_a_synthetic_summary():

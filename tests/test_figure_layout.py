@@ -76,7 +76,7 @@ def test_metastability_legends_list_only_the_betas_drawn():
     staircase = np.array([[16, 8, 4, 2, 1], [16, 8, 2, 2, 1], [16, 4, 4, 1, 1]], dtype=float)  # one per seed
     counts = xr.DataArray(np.broadcast_to(staircase[:, :, None, None, None], (3, 5, 1, 1, 3)),
                           dims=("seed", "time", "H", "d", "beta"), coords={**grid, "time": time})
-    summary = exp.reduce(xr.Dataset({"cluster_count": counts}))
+    summary = exp.reduce(xr.Dataset({"cluster_count": counts}, attrs={"cell_n": 16}))
     summary = summary.where(summary.beta != 4.0)  # the failed cells
     failed = [{"coords": {"H": 1, "d": 2, "beta": 4.0}, "error": "step budget of 2000 exhausted"}]
     spec = Spec("metastability", {**exp.defaults["fixed"], "t_max": 100.0}, grid, ())

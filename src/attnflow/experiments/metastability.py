@@ -8,76 +8,135 @@ import warnings
 import numpy as np
 import xarray as xr
 
+from ..pack import cell_values
 from . import Axis, Experiment
 
-# The exponential and power-law fits of the plateau length are told apart when one's residual
-# variance (in log length) is below this fraction of the other's; otherwise "cannot tell".
-PREFERENCE = 0.5
-# The fit uses the betas where fewer than this fraction of the plateaus outlast t_max.
-MAX_CENSORED = 0.5
+# The exponential and power-law fits are told apart when one's maximised log-likelihood exceeds the
+# other's by more than this (both have three parameters, so it is an AIC difference of 4: the other
+# model keeps under e^-2 = 14% of the support); otherwise "cannot tell".
+LOGLIK_MARGIN = 2.0
+# A plateau lasts at least this factor of the time it began at (t_end >= PLATEAU_SPAN t_start).
+PLATEAU_SPAN = 2.0
 
 
-def longest_plateau(times: np.ndarray, counts: np.ndarray) -> tuple[float, bool, float]:
-    """The longest stretch of one run's cluster count at a constant value >= 2, after t = 0.
+def plateaus(times: np.ndarray, counts: np.ndarray, tokens: int) -> list[tuple[float, bool, float]]:
+    """One run's plateaus of the cluster count: ``(length, censored, count)`` each.
 
-    A plateau starts at the first sample with its count and ends at the first sample with another
-    count (a merge); one still on at the last sample is censored (its length is then a lower
-    bound, up to ``t_max``). Returns ``(length, censored, count)``; ``(nan, False, nan)`` when the
-    run never holds two or more clusters after t = 0. Lengths are resolved to the sample spacing.
+    A plateau is a metastable state: a stretch of one count that (i) is entered by a merge, a drop of
+    the count, so the initial stretch before any two tokens meet is never one; (ii) holds formed
+    clusters, between 2 and ``tokens / 2`` of them (two tokens or more per cluster on average:
+    before that most tokens are still alone, moving towards each other, the first transient); and
+    (iii) lasts at least as long as the time it began at (``t_end >= PLATEAU_SPAN t_start``, a
+    visible step in log t). A metastable state outlives its formation: it forms in O(1) time and
+    lasts ~e^(c beta) (Geshkovski et al.), while the counts the tokens pass through as they collapse,
+    at any beta, each last a fraction of their age. The stretch still on at the last sample is
+    censored (its length ``t_max - t_start`` a lower bound) and counts when it meets (i) and (ii):
+    whether it meets (iii) is not known yet. Lengths are resolved to the sample spacing.
     """
-    t, c = np.asarray(times, float)[1:], np.asarray(counts, float)[1:]
+    t, c = np.asarray(times, float), np.asarray(counts, float)
     ok = np.isfinite(c)
     t, c = t[ok], c[ok]
-    best = (np.nan, False, np.nan)
+    found = []
     start = 0
     for k in range(1, c.size + 1):
         if k == c.size or c[k] != c[start]:
-            if c[start] >= 2:
+            entered_by_merge = start > 0 and c[start] < c[start - 1]
+            if entered_by_merge and 2 <= c[start] <= tokens / 2:
                 censored = k == c.size
-                length = (t[-1] if censored else t[k]) - t[start]
-                if not np.isfinite(best[0]) or length > best[0]:
-                    best = (float(length), bool(censored), float(c[start]))
+                end = t[-1] if censored else t[k]
+                if censored or end >= PLATEAU_SPAN * t[start]:
+                    found.append((float(end - t[start]), bool(censored), float(c[start])))
             start = k
-    return best
+    return found
 
 
-def growth_fit(beta: np.ndarray, length: np.ndarray, level: float = 0.95) -> dict:
-    """Fits of ``log L`` against beta (exponential: ``L ~ e^{rate beta}``) and against ``log beta``
-    (power law: ``L ~ beta^power``), least squares over the given runs, with the t-interval of each
-    slope; and which of the two the data favour.
+def longest_plateau(times: np.ndarray, counts: np.ndarray, tokens: int) -> tuple[float, bool, float]:
+    """The longest of one run's ``plateaus``: ``(length, censored, count)``; ``(nan, False, nan)`` when it
+    has none. Censored when the run ends on a plateau: the longest is then at least ``length`` (the
+    last one may yet outlast every earlier one), a lower bound for the fit."""
+    found = plateaus(times, counts, tokens)
+    if not found:
+        return (np.nan, False, np.nan)
+    length, _, count = max(found, key=lambda p: p[0])
+    return (length, found[-1][1], count)
 
-    The run-to-run scatter at one beta is common to both models, so they are told apart by their lack
-    of fit: the mean squared residual of the per-beta means of ``log L`` (weighted by runs), against
-    the noise of those means (within-beta variance / runs). A model is preferred when its lack of
-    fit is below ``PREFERENCE`` times the other's and the other's exceeds twice the noise.
-    """
-    from scipy import stats
 
+def censored_fit(x: np.ndarray, y: np.ndarray, censored: np.ndarray, level: float = 0.95) -> dict:
+    """Maximum likelihood of ``y = intercept + slope x + sigma e``, e standard normal, where a censored
+    ``y`` is a lower bound (a Tobit model: an exact value enters by its density, a censored one by
+    the probability of exceeding it). With nothing censored it is least squares. Returns intercept,
+    slope, the slope's half-width (``level``; Student t on runs - 2 degrees of freedom, the standard
+    error from the observed information) and the maximised log-likelihood; NaNs when it has no
+    maximum (fewer than two exact values, or fewer than three distinct x)."""
+    from scipy import optimize, special, stats
+
+    x, y, censored = np.asarray(x, float), np.asarray(y, float), np.asarray(censored, bool)
+    nan = {"intercept": np.nan, "slope": np.nan, "half": np.nan, "loglik": np.nan}
+    if (~censored).sum() < 2 or np.unique(x).size < 3:
+        return nan
+
+    def negative_loglik(theta):
+        a, b, log_sigma = theta
+        z = (y - a - b * x) / np.exp(log_sigma)
+        exact = -0.5 * z[~censored] ** 2 - 0.5 * np.log(2 * np.pi) - log_sigma  # log density
+        return -(np.sum(exact) + np.sum(special.log_ndtr(-z[censored])))  # log P(e > z) for a bound
+
+    slope, intercept = np.polyfit(x, y, 1)  # start: least squares with the bounds taken as values
+    spread = float(np.std(y - intercept - slope * x)) or 1.0
+    start = [intercept, slope, np.log(spread)]
+    result = optimize.minimize(negative_loglik, start, method="BFGS", options={"gtol": 1e-8})
+    # BFGS stops on "precision loss" at the optimum of a flat likelihood: the gradient says whether it is.
+    if not (result.success or np.linalg.norm(result.jac) < 1e-5 * x.size):
+        # a rough start (heavy censoring): the simplex first, then BFGS again
+        rough = optimize.minimize(negative_loglik, start, method="Nelder-Mead",
+                                  options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 20000})
+        result = optimize.minimize(negative_loglik, rough.x, method="BFGS", options={"gtol": 1e-8})
+    theta = result.x
+    if not np.isfinite(result.fun) or theta[2] < np.log(spread) - 30:  # sigma -> 0: no maximum
+        return nan
+    # The observed information by central differences (steps 1e-4 of each parameter's scale).
+    step = 1e-4 * np.maximum(np.abs(theta), 1.0)
+    hessian = np.empty((3, 3))
+    for i in range(3):
+        for j in range(3):
+            ei, ej = np.eye(3)[i] * step[i], np.eye(3)[j] * step[j]
+            hessian[i, j] = (negative_loglik(theta + ei + ej) - negative_loglik(theta + ei - ej)
+                             - negative_loglik(theta - ei + ej) + negative_loglik(theta - ei - ej)) / (
+                                 4 * step[i] * step[j])
+    try:
+        variance = np.linalg.inv(hessian)[1, 1]
+    except np.linalg.LinAlgError:
+        variance = np.nan
+    half = stats.t.ppf(0.5 + level / 2, max(x.size - 2, 1)) * np.sqrt(variance) if variance > 0 else np.nan
+    return {"intercept": theta[0], "slope": theta[1], "half": half, "loglik": -result.fun}
+
+
+def growth_fit(beta: np.ndarray, length: np.ndarray, censored=None, level: float = 0.95) -> dict:
+    """Censored fits (``censored_fit``) of ``log L`` against beta (exponential: ``L ~ e^{rate beta}``)
+    and against ``log beta`` (power law: ``L ~ beta^power``), censored lengths lower bounds; and which
+    of the two the data favour, by their maximised likelihoods (both have three parameters)."""
+    length = np.asarray(length, float)
+    censored = np.zeros(length.shape, bool) if censored is None else np.asarray(censored, bool)
     ok = np.isfinite(length) & (length > 0)
-    x, y = np.asarray(beta, float)[ok], np.log(np.asarray(length, float)[ok])
-    out = {"runs": int(ok.sum())}
+    x, y, cens = np.asarray(beta, float)[ok], np.log(length[ok]), censored[ok]
+    out = {"runs": int(ok.sum()), "censored": int(cens.sum())}
     if np.unique(x).size < 3:
         return {**out, "rate": np.nan, "rate_half": np.nan, "rate_intercept": np.nan, "power": np.nan,
                 "power_half": np.nan, "power_intercept": np.nan, "verdict": "too few betas to fit"}
-    groups = np.unique(x)
-    counts = np.array([np.sum(x == g) for g in groups])
-    means = np.array([y[x == g].mean() for g in groups])
-    spread = np.array([y[x == g].var(ddof=1) if c > 1 else np.nan
-                       for g, c in zip(groups, counts, strict=True)])
-    noise = np.nanmean(spread / counts) if np.isfinite(spread).any() else 0.0
-    lack = {}
-    for key, xs, gs in (("rate", x, groups), ("power", np.log(x), np.log(groups))):
-        fit = stats.linregress(xs, y)
-        half = stats.t.ppf(0.5 + level / 2, x.size - 2) * fit.stderr
-        out[key], out[f"{key}_half"], out[f"{key}_intercept"] = fit.slope, half, fit.intercept
-        lack[key] = np.average((means - fit.intercept - fit.slope * gs) ** 2, weights=counts)
-    if lack["rate"] < PREFERENCE * lack["power"] and lack["power"] > 2 * noise:
+    loglik = {}
+    for key, xs in (("rate", x), ("power", np.log(x))):
+        fit = censored_fit(xs, y, cens, level)
+        out[key], out[f"{key}_half"], out[f"{key}_intercept"] = fit["slope"], fit["half"], fit["intercept"]
+        loglik[key] = fit["loglik"]
+    out.update({"loglik_exp": loglik["rate"], "loglik_power": loglik["power"]})
+    if not np.isfinite([loglik["rate"], loglik["power"]]).all():
+        out["verdict"] = "too few uncensored plateaus to fit"
+    elif loglik["rate"] > loglik["power"] + LOGLIK_MARGIN:
         out["verdict"] = "looks exponential in beta"
-    elif lack["power"] < PREFERENCE * lack["rate"] and lack["rate"] > 2 * noise:
+    elif loglik["power"] > loglik["rate"] + LOGLIK_MARGIN:
         out["verdict"] = "looks like a power of beta"
     else:
         out["verdict"] = "exp and power law fit alike: cannot tell"
-    out.update({"lack_exp": lack["rate"], "lack_power": lack["power"], "noise": noise})
     return out
 
 
@@ -107,17 +166,26 @@ class Metastability(Experiment):
                "equal scalar heads are one head at H times the speed), uniform random tokens. Top: "
                "median cluster count (<x_i, x_j> >= 1 - cluster_eps joins tokens) over (log t, beta), "
                "per (H, d). Middle: the staircase for a few betas, median (solid) and quartiles (dashed). "
-               "Bottom: the longest plateau of each run (a count >= 2 held between two merges) against "
-               "beta, log scale; open markers are censored (still on at t_max, lower bounds); lines: "
-               "least-squares fits of log length against beta (exponential) and against log beta (power "
-               "law) over the uncensored runs, with 95% intervals of the slopes and which fits better.")
+               "Bottom: the longest plateau of each run against beta, log scale: a plateau is a count of "
+               "2 to n/2 clusters entered by a merge and held at least as long as the time it began at "
+               "(so the first transient, the counts the tokens pass through as they first collapse, is "
+               "not one); open "
+               "markers are censored (the run ends on a plateau: lower bounds); lines: censored-data "
+               "(Tobit) maximum-likelihood fits of log length against beta (exponential) and against log "
+               "beta (power law) over every run with a plateau, the censored ones as lower bounds, with "
+               "95% intervals of the slopes and which fits better.")
     reading = ("Samples are evenly spaced in log t (sample_spacing: log), so every decade of the horizon "
                "has the same resolution. At small beta the tokens reach one cluster within a few time "
                "units. As beta grows the count drops within O(1) time to several clusters and then stays "
                "there over decades of t: the staircase. The plateau lengths grow with beta; the bottom "
                "row says whether exponential growth (the cited theorem, in the limit of large beta) fits "
-               "better than a power law on the range measured. Plateaus that outlast t_max are censored, "
-               "so at the largest beta the fit is a lower bound unless the horizon grows with it.")
+               "better than a power law on the range measured. Plateaus that outlast t_max are censored: "
+               "each enters the fit by the probability that its length exceeds what was seen (a Tobit "
+               "likelihood, log-normal scatter about the line, as the least-squares fit assumes for the "
+               "exact ones), so they pull the line up instead of being dropped, which biased the rate "
+               "down. Where most runs at a beta are censored the fit there rests on the model's scatter: "
+               "a longer horizon, not the fit, resolves it. A beta with no plateau (small beta: the "
+               "tokens collapse straight to one cluster) adds nothing to the fit.")
 
     pinned = {
         "sample_spacing": ("log", "the staircase needs samples evenly spaced in log t"),
@@ -126,7 +194,10 @@ class Metastability(Experiment):
     }
     # 2: the fits' intercepts and the betas fitted (``fitted``) are in the summary, so the figure draws
     # derive()'s fits instead of refitting their intercepts.
-    reduction_version = 2
+    # 3: a plateau is entered by a merge and lasts as long as its age (the first transient is not one);
+    # a run ending on a plateau is censored; the fits are censored-data (Tobit) maximum likelihood over
+    # every run with a plateau, censored lengths as lower bounds.
+    reduction_version = 3
     fixed_only = {key: "every cell shares one sample grid, the map's time axis"
                   for key in ("t_max", "n_samples")}
 
@@ -134,9 +205,12 @@ class Metastability(Experiment):
         counts = ds.cluster_count.astype(float).load().transpose(..., "time")
         times = ds.time.values
         runs = counts.values.reshape(-1, counts.sizes["time"])  # one row per (cell, seed)
-        plateaus = [longest_plateau(times, run) for run in runs]
+        # Tokens per cell: a store group's cells carry it in their attributes, a single run in its own.
+        n = cell_values(ds, "cell_n") if "cell" in ds.dims else xr.DataArray(float(ds.attrs["cell_n"]))
+        tokens = n.broadcast_like(counts.isel(time=0)).transpose(*counts.dims[:-1])
+        found = [longest_plateau(times, run, n) for run, n in zip(runs, tokens.values.ravel(), strict=True)]
         length, censored, level = (np.array(v, dtype=float).reshape(counts.shape[:-1])
-                                   for v in zip(*plateaus, strict=True))
+                                   for v in zip(*found, strict=True))
         dims = counts.dims[:-1]
         return xr.Dataset({
             "cluster_count": counts,
@@ -157,19 +231,19 @@ class Metastability(Experiment):
             out["count_q3"] = out.cluster_count.quantile(0.75, "seed").drop_vars("quantile")
             out["plateau_median"] = out.plateau.median("seed")
             out["censored_fraction"] = out.plateau_censored.where(out.plateau.notnull()).mean("seed")
-        # Uncensored runs, at the betas where most runs are uncensored (elsewhere the runs that merged
-        # before t_max are the short tail, and would bias the fit down); the figure draws the fits there.
-        out["fitted"] = out.censored_fraction < MAX_CENSORED
+        # Every run with a plateau enters the fit, a censored one as a lower bound: dropping the censored
+        # runs (the longest plateaus, at the largest beta) would bias the rate down.
+        out["fitted"] = out.plateau.notnull().any("seed")
         keys = ("rate", "rate_half", "rate_intercept", "power", "power_half", "power_intercept")
         fits = {k: np.full((out.sizes["H"], out.sizes["d"]), np.nan) for k in keys}
         verdicts = np.empty((out.sizes["H"], out.sizes["d"]), dtype=object)
         for i, H in enumerate(out.H.values):
             for j, d in enumerate(out.d.values):
                 sub = out.sel(H=H, d=d)
-                keep = sub.fitted & (sub.plateau_censored == 0)
-                length = sub.plateau.where(keep).transpose("beta", "seed").values
+                length = sub.plateau.transpose("beta", "seed").values
+                censored = sub.plateau_censored.transpose("beta", "seed").values > 0
                 beta = np.broadcast_to(sub.beta.values.astype(float)[:, None], length.shape)
-                fit = growth_fit(beta.ravel(), length.ravel())
+                fit = growth_fit(beta.ravel(), length.ravel(), censored.ravel())
                 for k in keys:
                     fits[k][i, j] = fit[k]
                 verdicts[i, j] = fit["verdict"]
@@ -188,14 +262,15 @@ class Metastability(Experiment):
         for key, model in (("rate", "exponential rate: L ~ exp(rate beta)"),
                            ("power", "power-law exponent: L ~ beta^power")):
             fit, half = summary[f"fit_{key}"], summary[f"fit_{key}_half"]
-            columns[key] = (fit, f"{model}, least squares of log L over the uncensored runs at the betas "
-                                 f"where fewer than {MAX_CENSORED:g} of the plateaus outlast t_max")
+            columns[key] = (fit, f"{model}, censored-data (Tobit) maximum likelihood of log L over every "
+                                 "run with a plateau, those still on at t_max as lower bounds")
             columns[f"{key}_low"] = (fit - half, "95% Student-t interval of the slope, lower end")
             columns[f"{key}_high"] = (fit + half, "95% Student-t interval of the slope, upper end")
-        columns["verdict"] = (summary.fit_verdict, "which model the per-beta means favour (lack of fit "
-                                                   f"below {PREFERENCE:g} times the other's), or cannot tell")
+        columns["verdict"] = (summary.fit_verdict, "which model the data favour (maximised log-likelihood "
+                                                   f"higher by more than {LOGLIK_MARGIN:g}), or cannot tell")
         columns["seeds"] = (seed_count(summary.plateau, ["H", "d"]), "seeds with a plateau per beta (the "
-                            "fewest at any beta of the line; the fits use the uncensored ones)", "1")
+                            "fewest at any beta of the line; censored ones enter the fits as lower bounds)",
+                            "1")
         return table(summary, ["H", "d"], columns)
 
     def plot(self, summary, spec):
@@ -251,7 +326,7 @@ class Metastability(Experiment):
             ax.scatter(bb[~cens], length[~cens], s=14, color="C0", label="longest plateau (run)")
             ax.scatter(bb[cens], length[cens], s=14, facecolors="none", edgecolors="C3",
                        label="censored at t_max (lower bound)")
-            ax.plot(betas, sub.plateau_median.values, "k_", ms=14, mew=2, label="median")
+            ax.plot(betas, sub.plateau_median.values, "k_", ms=14, mew=2, label="median (bounds as values)")
             fit = {k: float(sub[f"fit_{k}"]) for k in ("rate", "rate_half", "rate_intercept", "power",
                                                        "power_half", "power_intercept")}
             verdict = str(sub.fit_verdict.values)
@@ -283,9 +358,9 @@ class Metastability(Experiment):
             ax.set_yscale("log")
             ax.set_xlabel(r"inverse temperature $\beta$")
             ax.set_ylabel("longest plateau length (time)")
-            ax.set_title(f"H = {H}, d = {d}: {verdict}\n(fit: betas < {MAX_CENSORED:.0%} censored; "
+            ax.set_title(f"H = {H}, d = {d}: {verdict}\n(censored fit, open markers lower bounds; "
                          "faded: beyond; ±: 95%)", fontsize=8)
-            legend_of_drawn(ax, fontsize=5.5)  # no entry for censored runs where there are none
+            legend_of_drawn(ax, fontsize=7)  # no entry for censored runs where there are none
         fig.colorbar(mesh, ax=list(axes[0]), label="median cluster count")
         fixed = self.describe_fixed(spec, ("attention", "heads", "n", "lambda_bar", "cluster_eps", "t_max"))
         fig.suptitle(f"Metastability (result 10): cluster count against log t; {fixed}; samples evenly "

@@ -1,190 +1,448 @@
-"""Approximate orthogonality (Thm 39): per-head monotonicity against the overlap of the heads."""
+"""Approximate orthogonality (Thm 39): per-head monotonicity at a configuration, with and without an
+overlap of the heads.
+
+Thm 39 is a pointwise statement: at a configuration where exactly orthogonal heads are per-head
+monotone, an overlap ``omega = max ||M_h' M_h||_op`` small against the heads' own terms keeps them
+monotone. So the reduction evaluates, at every configuration a run visits up to ``T_eps`` (from
+uniform random tokens), the per-head energy rates of usa twice, with the cell's perturbed heads
+``M_h = lambda_h P_h + delta E_h`` and with its orthogonal part ``lambda_h P_h`` alone, on the sphere
+and in flat space (a rate is a function of the configuration: the flat one needs no flat run, whose
+usa tokens blow up within t ~ 0.03; a flat run's configurations are brought onto the sphere for the
+sphere's rates).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import xarray as xr
 
+from ..cell import MAX_EXPONENT
 from ..pack import cell_values
+from ..tokens import unit_rows
 from . import Axis, Experiment, Spec
-from ._common import all_heads_monotone, before_cluster
+from ._common import SIGN_RTOL, before_cluster
+
+GEOMETRIES = ("sphere", "flat")
+# Critical overlaps are located at this many configurations per run (evenly spaced samples up to
+# T_eps, t = 0 among them): each costs a root search, and neighbouring samples are near copies.
+CRITICAL_PER_RUN = 8
+# The search for the critical overlap scans s in (0, S_MAX lambda_max] (the perturbation M0 + s E):
+# omega reaches about 2 S_MAX lambda^2 there, far beyond any overlap a grid asks about.
+S_MAX = 4.0
+SCAN = 48  # geometric scan points; then bisection to BISECT halvings of the bracket
+BISECT = 30
 
 
 def cross_norms(score_matrices: np.ndarray) -> np.ndarray:
-    """Per seed, ``omega = max over head pairs of ||M_h' M_h||_op``: the overlap Thm 39 bounds (the
-    paper's delta), not the cell field ``delta`` (the perturbation norm); score_matrices (..., H, d, d),
-    the result (...)."""
+    """``omega = max over head pairs of ||M_h' M_h||_op`` (Thm 39's overlap): score_matrices
+    (..., H, d, d), the result (...)."""
     m = score_matrices
     H = m.shape[-3]
     worst = np.zeros(m.shape[:-3])
     for a in range(H):
-        for b in range(H):
-            if a != b:
-                worst = np.maximum(worst, np.linalg.norm(m[..., a, :, :] @ m[..., b, :, :], 2, axis=(-2, -1)))
+        for b in range(a + 1, H):  # ||M_b M_a|| = ||(M_a M_b)^T|| for symmetric heads
+            worst = np.maximum(worst, np.linalg.norm(m[..., a, :, :] @ m[..., b, :, :], 2, axis=(-2, -1)))
     return worst
 
 
-def critical_overlap(ds: xr.Dataset) -> xr.DataArray:
-    """Per seed, the largest overlap omega for which the sufficient condition below holds along the run.
+def head_terms(x: np.ndarray, m: np.ndarray, beta: float, spherical: bool) -> dict[str, np.ndarray]:
+    """The per-head terms of usa's energy rates at one configuration (Thm 16-17, value alignment).
 
-    usa on the sphere (Thm 16-17): ``n^3 dE_h/dt = sum_i [T^h_i - a^h_i sum_{h'} a^h'_i]
-    + sum_i sum_{h'} <f^h'_i, f^h_i>``, the first sum being the recorded margins. With
-    ``f^h_i = M_h u^h_i``, ``|u^h_i| <= Z^h_i = sum_j exp(beta s^h_ij)``, each cross term is at
-    most ``omega Z^h'_i Z^h_i``, and ``sum_i Z^h_i = 2 beta n^2 E_h``. So every head is
-    monotone while ``sum_i margin^h_i >= omega (2 beta n^2)^2 E_h (E - E_h)``: Thm 39's form
-    (an overlap small against the heads' own terms), with its constant from the bound.
-    Returns the ratio's minimum over heads and the samples up to ``T_eps`` (as for Thm 19:
-    after it the rates are round-off); negative where the margins alone fail (the radial
-    shadows of Thm 17, even at omega = 0).
+    x (..., n, d) unit rows; m (..., H, d, d) symmetric. With ``u^h_i = sum_j exp(beta s^h_ij) x_j``
+    and ``f^h_i = M_h u^h_i``, ``n^3 dE_h/dt = margin_h + cross_h``: on the sphere
+    ``margin_h = sum_i [T^h_i - a^h_i sum_{h'!=h} a^h'_i]`` (the recorded Radial Dominance margins),
+    in flat space ``sum_i ||f^h_i||^2``; ``cross_h = sum_i sum_{h'!=h} <f^h'_i, f^h_i>``, which
+    vanishes for orthogonal heads and is at most ``omega * bound_h`` with the actual
+    ``bound_h = sum_i |u^h_i| sum_{h'!=h} |u^h'_i|``. ``scale_h``, the sum of the terms' sizes, is
+    the round-off scale a rate's sign is judged against. Every result (..., H).
     """
-    n = ds.sizes["token"]
-    beta = cell_values(ds, "cell_beta")
-    margin = ds.rd_margin.sum("token")
-    others = ds.energy.sum("head") - ds.energy
+    scores = np.einsum("...id,...hde,...je->...hij", x, m, x)
+    u = np.einsum("...hij,...jd->...hid", np.exp(beta * scores), x)
+    f = np.einsum("...hde,...hie->...hid", m, u)
+    gram = np.einsum("...hid,...kid->...hki", f, f)  # <f^h_i, f^k_i>: (..., H, H, n)
+    own = np.einsum("...hhi->...hi", gram)
+    off = gram.sum(-2) - own  # sum_{h' != h} <f^h'_i, f^h_i>
+    size = abs(gram).sum(-2)
+    u_norm = np.linalg.norm(u, axis=-1)
+    bound = (u_norm * (u_norm.sum(-2, keepdims=True) - u_norm)).sum(-1)
+    if spherical:
+        a = np.einsum("...hid,...id->...hi", f, x)
+        others = a.sum(-2, keepdims=True) - a
+        margin = (own - a * a - a * others).sum(-1)
+        size = size + a * a + abs(a * others)
+    else:
+        margin = own.sum(-1)
+    return {"margin": margin, "cross": off.sum(-1), "bound": bound, "scale": size.sum(-1)}
+
+
+def monotone(terms: dict[str, np.ndarray]) -> np.ndarray:
+    """Every head's rate ``margin + cross`` non-negative to round-off (relative to its terms)."""
+    return np.all(terms["margin"] + terms["cross"] >= -SIGN_RTOL * terms["scale"], axis=-1)
+
+
+def certified(terms: dict[str, np.ndarray], omega: np.ndarray) -> np.ndarray:
+    """The sufficient condition of Thm 39's form at the actual heads: ``margin_h >= omega bound_h`` for
+    every head (then ``|cross_h| <= omega bound_h`` cannot make a rate negative)."""
+    return np.all(terms["margin"] >= omega[..., None] * terms["bound"], axis=-1)
+
+
+def predicted_overlap(terms: dict[str, np.ndarray]) -> np.ndarray:
+    """The margin's prediction of the critical overlap at orthogonal heads: ``min_h margin_h /
+    bound_h``, the smallest omega at which some cross term could cancel a head's own terms."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = margin / ((2 * beta * n * n) ** 2 * ds.energy * others)
-    return ratio.where(before_cluster(ds)).min(("time", "head"))
+        return np.min(terms["margin"] / terms["bound"], axis=-1)
+
+
+def critical_overlap(x, base, direction, beta, spherical):
+    """Per configuration, the overlap at which per-head monotonicity first fails along the perturbation
+    ``M(s) = base + s direction`` (s from 0 up; inf when it never fails up to ``S_MAX`` times the largest
+    strength). x (N, n, d), base and direction (N, H, d, d); base must be monotone at x."""
+    strongest = np.abs(np.diagonal(base, axis1=-2, axis2=-1)).max()
+    # The scores reach strongest + s: keep exp(beta * score) finite (cell.MAX_EXPONENT's rule).
+    top = min(S_MAX * strongest, MAX_EXPONENT / beta - strongest)
+    grid = np.concatenate([[0.0], top * np.geomspace(1e-4, 1.0, SCAN)])
+    low, high = np.zeros(len(x)), np.full(len(x), np.inf)
+    for s_low, s_high in zip(grid[:-1], grid[1:], strict=True):
+        pending = np.isinf(high)
+        if not pending.any():
+            break
+        heads = base[pending] + s_high * direction[pending]
+        fails = ~monotone(head_terms(x[pending], heads, beta, spherical))
+        rows = np.flatnonzero(pending)[fails]
+        low[rows], high[rows] = s_low, s_high
+    found = np.isfinite(high)
+    for _ in range(BISECT):
+        mid = 0.5 * (low[found] + high[found])
+        s = mid[:, None, None, None]
+        ok = monotone(head_terms(x[found], base[found] + s * direction[found], beta, spherical))
+        low[found] = np.where(ok, mid, low[found])
+        high[found] = np.where(ok, high[found], mid)
+    omega = np.full(len(x), np.inf)
+    omega[found] = cross_norms(base[found] + high[found][:, None, None, None] * direction[found])
+    return omega
+
+
+def orthogonal_part(strengths: np.ndarray, d: int) -> np.ndarray:
+    """The block heads ``lambda_h P_h`` (..., H, d, d) of strengths (..., H): ``perturbed_block`` minus its
+    perturbation."""
+    H = strengths.shape[-1]
+    k = d // H
+    diagonal = np.zeros(strengths.shape + (d,))
+    for h in range(H):
+        diagonal[..., h, h * k:(h + 1) * k] = strengths[..., h, None]
+    return diagonal[..., None] * np.eye(d)
+
+
+def configuration_map(ds: xr.Dataset) -> xr.Dataset:
+    """Per configuration (cell, seed, time, geometry) up to T_eps: whether the orthogonal heads are
+    monotone there (1/0; NaN outside the window), and where they are, whether the perturbed heads are
+    too, whether the sufficient condition certifies it, and the margin's prediction of the critical
+    overlap; at up to ``CRITICAL_PER_RUN`` of those per run, the critical overlap along the run's own
+    perturbation. Per (cell, seed), the overlap omega."""
+    x = ds.x.transpose("cell", "seed", "time", "token", "dim").values
+    heads = ds.score_matrix.transpose("cell", "seed", "head", ...).values
+    base = orthogonal_part(ds.lam.transpose("cell", "seed", "head").values, x.shape[-1])
+    delta = cell_values(ds, "cell_delta").values
+    beta = cell_values(ds, "cell_beta").values
+    with np.errstate(divide="ignore", invalid="ignore"):
+        direction = np.where(delta[:, None, None, None, None] > 0,
+                             (heads - base) / delta[:, None, None, None, None], 0.0)
+    omega = cross_norms(heads)
+    window = before_cluster(ds).transpose("cell", "seed", "time").values
+    window &= np.isfinite(x).all(axis=(-2, -1))
+    n_time = x.shape[2]
+    stride = max(1, -(-n_time // CRITICAL_PER_RUN))
+    sampled = window & (np.arange(n_time) % stride == 0)
+    shape = x.shape[:3] + (len(GEOMETRIES),)
+    keys = ("base_monotone", "monotone", "certified", "predicted_omega", "critical_omega")
+    out = {key: np.full(shape, np.nan) for key in keys}
+    for c in range(x.shape[0]):
+        for g, geometry in enumerate(GEOMETRIES):
+            spherical = geometry == "sphere"
+            seeds, times = np.nonzero(window[c])
+            # The sphere's rates at a flat run's configurations: its tokens brought onto the sphere.
+            points = unit_rows(x[c, seeds, times]) if spherical else x[c, seeds, times]
+            with_overlap = head_terms(points, heads[c, seeds], beta[c], spherical)
+            without = head_terms(points, base[c, seeds], beta[c], spherical)
+            base_ok = monotone(without)
+            out["base_monotone"][c, seeds, times, g] = base_ok
+            s, t = seeds[base_ok], times[base_ok]
+            out["monotone"][c, s, t, g] = monotone(with_overlap)[base_ok]
+            out["certified"][c, s, t, g] = certified(with_overlap, omega[c, seeds])[base_ok]
+            out["predicted_omega"][c, s, t, g] = predicted_overlap(without)[base_ok]
+            pick = base_ok & sampled[c, seeds, times]
+            if delta[c] > 0 and pick.any():
+                s, t = seeds[pick], times[pick]
+                out["critical_omega"][c, s, t, g] = critical_overlap(
+                    points[pick], base[c, s], direction[c, s], beta[c], spherical)
+    dims = ("cell", "seed", "time", "geometry")
+    result = xr.Dataset({key: (dims, value) for key, value in out.items()})
+    result["omega"] = (("cell", "seed"), omega)
+    return result.assign_coords(cell=ds.cell.values, geometry=list(GEOMETRIES), seed=ds.seed.values,
+                                time=ds.time.values)
+
+
+def omega_bins(omega: np.ndarray, count: int = 6) -> np.ndarray:
+    """Geometric bin edges spanning the positive overlaps (exactly orthogonal heads, omega = 0, have
+    nothing to survive and are left out)."""
+    positive = omega[np.isfinite(omega) & (omega > 0)]
+    if positive.size == 0:
+        return np.array([])
+    low, high = positive.min(), positive.max()
+    if high <= low * 1.0001:
+        return np.array([low / 1.2, high * 1.2])
+    return np.geomspace(low * 0.999, high * 1.001, count + 1)
+
+
+# The survival curve against omega over the margin's prediction: bins of that ratio.
+RATIO_EDGES = np.geomspace(1 / 64, 64, 13)
+MIN_PER_BIN = 10  # the curve skips bins with fewer configurations (a share of 3 is noise)
+
+
+def _pooled_share(flags: xr.DataArray, index: xr.DataArray, bins: int, keep: list[str]) -> xr.DataArray:
+    """Share of 1s among the flags (NaN: not counted) per bin of ``index`` (-1 or ``bins``: outside),
+    pooled over every dimension but ``keep``; dims (*keep, "bin")."""
+    pooled = [flags.where(index == k).mean([d for d in flags.dims if d not in keep]) for k in range(bins)]
+    return xr.concat(pooled, dim="bin").transpose(*keep, "bin")
 
 
 class Orthogonality(Experiment):
     name = "orthogonality"
     theorem = "Thm 39"
-    question = ("Does per-head monotonicity of exactly orthogonal heads survive a small overlap of the "
-                "heads, omega = max ||M_h' M_h||_op (Thm 39's delta), produced by a perturbation of norm "
-                "delta (the cell field)? A map over (delta, beta) on the sphere, with a sufficient "
-                "condition of Thm 39's form on it.")
-    axes = (Axis("delta", min_values=2, why="a map over the perturbation norm"),
+    question = ("At a configuration where exactly orthogonal heads are per-head monotone, does monotonicity "
+                "survive an overlap omega = max ||M_h' M_h||_op small against the heads' own terms (Thm 39)? "
+                "Pointwise over (omega, beta), on the sphere and in flat space, with the overlap's critical "
+                "value per configuration against the margin's prediction of it.")
+    axes = (Axis("delta", min_values=2, why="overlaps omega spread over a range (the map's x axis)"),
             Axis("beta", min_values=1))
-    observables = ("energy", "radial")
-    pinned = {"attention": ("usa", "the sufficient condition bounds usa's cross terms by its row sums")}
-    averages_other_axes = True  # the title names the axes averaged over
+    observables = ("energy", "radial", "positions")
+    pinned = {
+        "attention": ("usa", "Thm 16-17's decomposition of the per-head rates is usa's"),
+        "heads": ("perturbed_block", "block heads plus a perturbation: the same configuration with and "
+                                     "without the overlap"),
+    }
+    averages_other_axes = True  # the title names the axes pooled over
+    # 2: pointwise at every configuration up to T_eps, with and without the overlap, on the sphere and
+    # flat; binned by the measured omega; critical overlaps and the margin's prediction.
+    reduction_version = 2
     defaults = {
-        # The sphere, where usa stays bounded (|s| <= ||M_h||): horizons long enough for the
-        # tokens to cluster, unlike flat usa, which blows up at t ~ 0.03 as delta grows.
-        # Orthogonal tokens: there exactly orthogonal heads keep every head monotone up to
-        # T_eps (measured: all runs, beta 0.1-1); from uniform starts the radial shadows break
-        # it at every delta.
-        "fixed": {"heads": "perturbed_block", "attention": "usa", "geometry": "sphere", "init": "orthogonal",
+        # Uniform tokens: exactly orthogonal heads are monotone at most of them (and everywhere in
+        # flat space). Not x_i = e_i: that symmetric start flows to a saddle of the orthogonal heads'
+        # dynamics (transverse rate beta e^(beta/2)), which any perturbation leaves with an O(1)
+        # per-head violation whatever the overlap (docs/experiments.md).
+        "fixed": {"heads": "perturbed_block", "attention": "usa", "geometry": "sphere", "init": "uniform",
                   "H": 2, "n": 8, "d": 8, "t_max": 10.0, "n_samples": 41, "seeds": 16},
-        "grid": {"delta": [0.0, 0.05, 0.1, 0.25, 0.5], "beta": [0.25, 0.5, 1.0, 2.0]},
+        "grid": {"delta": [0.02, 0.05, 0.1, 0.25, 0.5], "beta": [0.25, 0.5, 1.0, 2.0]},
         "batch_over": ["delta", "beta"],
     }
-    caption = ("Per-head monotonicity of approximately orthogonal heads (Thm 39) over (delta, beta): "
-               "colour, the fraction of runs with every head's energy non-decreasing; numbers, that "
-               "fraction over the fraction of runs that satisfy the sufficient condition "
-               "sum_i margin^h_i >= omega (2 beta n^2)^2 E_h (E - E_h) at every sample (Thm 39's form, "
-               "from Thm 16-17); right, the measured overlap omega = max ||M_h' M_h||_op against delta "
-               "(the cell field: the operator norm of the perturbation added to block heads), dashed "
-               "the bound 2 lambda delta + delta^2 where every head has strength lambda.")
-    reading = ("delta is the cell field (the perturbation's norm); the overlap it produces, omega = "
-               "max ||M_h' M_h||_op (Thm 39's delta, at most 2 lambda delta + delta^2), is on the right. "
-               "Thm 39 says per-head monotonicity survives an overlap small against the heads' own "
-               "terms: the sufficient condition drawn (second number in each cell; hatched where it "
-               "holds for most runs) can only hold where the measured fraction is 1, and the gap between "
-               "the two is the slack of the bound. On the sphere even omega = 0 can fail, through the "
-               "radial shadows of Thm 17 (from uniform starts it fails at every delta); from orthogonal "
-               "tokens (the default) exactly orthogonal heads are monotone up to T_eps. There a head's "
-               "own terms vanish on the tokens of the other block, so no overlap is small against them: "
-               "the condition holds at delta = 0 only, and strict per-head monotonicity fails for most "
-               "runs at the smallest delta on the grid. Thm 39's hypothesis, not its conclusion, is what "
-               "breaks.")
+    caption = ("Thm 39 pointwise: at every configuration a run visits up to T_eps (uniform random starts, "
+               "usa on the sphere), the per-head energy rates with the perturbed heads and with their "
+               "exactly orthogonal part, the same tokens both times; top, on the sphere (left) and in flat "
+               "space (right), over (omega binned, beta; pooled over delta and seeds): colour and first "
+               "number, the share of configurations "
+               "where the orthogonal heads are monotone that stay monotone with the overlap omega = "
+               "max ||M_h' M_h||_op; second number, the share the sufficient condition margin_h >= omega "
+               "sum_i |u^h_i| sum_{h'!=h} |u^h'_i| certifies (actual |u|); white diamonds, the median of "
+               "the margin's predicted critical omega min_h margin_h / sum_i |u^h_i| sum_{h'!=h} |u^h'_i| "
+               "at the orthogonal heads. Bottom left: the share staying monotone against omega over that "
+               "prediction, per configuration. Bottom right: each configuration's critical omega along "
+               "its run's perturbation (M0 + s E, s from 0) against the prediction.")
+    reading = ("Thm 39 says that where exactly orthogonal heads are per-head monotone, an overlap omega "
+               "small against the heads' own terms keeps them so. The map is that statement measured "
+               "configuration by configuration and pooled in bins of omega: survival stays near 1 at small "
+               "omega. How far the heads' own terms reach varies from one configuration to the next, so "
+               "the sharp test is bottom left, where each configuration's omega is in units of its own "
+               "margin's prediction min_h margin_h / sum_i |u^h_i| sum_{h'} |u^h'_i| (diamonds on the map: "
+               "its median), evaluated at the orthogonal heads: survival is 1 up to omega = that "
+               "prediction and falls beyond it. The second number is a proof, not a measurement: where "
+               "the condition holds a head cannot lose energy, so it never exceeds the first. Bottom "
+               "right tests the prediction per configuration along its run's own perturbation: points "
+               "on or above the diagonal fail no earlier than predicted (the bound on the cross term is "
+               "a worst case over perturbation directions, and most random directions never fail: "
+               "triangles); points below it fail earlier, where the perturbation "
+               "also lowers a head's own terms, which the first-order prediction leaves out. In flat "
+               "space the orthogonal heads are always monotone (their cross terms vanish), so there "
+               "nothing is conditioned away; on the sphere the radial shadows of Thm 17 break "
+               "monotonicity of the orthogonal heads themselves at some configurations, and those are "
+               "left out (the titles give the share kept). The symmetric start x_i = e_i is not used: "
+               "exactly orthogonal heads keep it on a symmetric path that ends at a saddle (transverse "
+               "rate beta e^(beta/2), from a finite-difference Jacobian), and any break of the symmetry "
+               "(a jitter of the start, any delta > 0, round-off) then brings the same O(1) violation, "
+               "one head's energy falling by about e^(beta/2) as the cluster moves into one block, "
+               "whatever the overlap: a race between the saddle's instability and the window, not a "
+               "measure of omega.")
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
-        # Along the path up to T_eps, as Thm 19's threshold is measured (after it, round-off).
-        window = before_cluster(ds)
-        monotone = all_heads_monotone(ds) | ~window
-        scale = abs(ds.energy_rate).max(("time", "head"))
-        matrices = ds.score_matrix.transpose(..., "head", ds.score_matrix.dims[-2], ds.score_matrix.dims[-1])
-        omega = xr.DataArray(cross_norms(np.asarray(matrices.values)), dims=matrices.dims[:-3])
-        holds = critical_overlap(ds) >= omega
-        return xr.Dataset({
-            "frac_samples_monotone": monotone.where(window).mean(("seed", "time")),
-            "frac_runs_monotone": monotone.all("time").mean("seed"),
-            "frac_runs_condition": holds.mean("seed"),
-            "min_relative_rate": (ds.energy_rate.min(("time", "head")) / scale).min("seed"),
-            "cross_norm": omega.max("seed"),
-        })
+        return configuration_map(ds)
+
+    def derive(self, summary: xr.Dataset, spec) -> xr.Dataset:
+        """The map over (omega bin, beta) per geometry, pooled over delta, seeds, samples and any other
+        grid axis; survival against omega over the margin's prediction; the share of configurations
+        where the orthogonal heads are monotone."""
+        out = summary
+        keep = ["beta", "geometry"] if "beta" in out.dims else ["geometry"]
+        edges = omega_bins(out.omega.values)
+        omega = out.omega.broadcast_like(out.monotone)
+        if edges.size:
+            index = xr.DataArray(np.digitize(omega, edges) - 1, dims=omega.dims, coords=omega.coords)
+            bins = len(edges) - 1
+            out["map_survival"] = _pooled_share(out.monotone, index, bins, keep).rename(bin="omega_bin")
+            out["map_certified"] = _pooled_share(out.certified, index, bins, keep).rename(bin="omega_bin")
+            counts = [out.monotone.where(index == k).count([d for d in omega.dims if d not in keep])
+                      for k in range(bins)]
+            out["map_configurations"] = xr.concat(counts, dim="omega_bin").transpose(*keep, "omega_bin")
+            out["omega_edges"] = ("omega_edge", edges)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = omega / out.predicted_omega
+        index = xr.DataArray(np.digitize(ratio, RATIO_EDGES) - 1, dims=ratio.dims, coords=ratio.coords)
+        index = index.where(out.predicted_omega > 0, -1)  # a prediction of 0: no margin to spend
+        out["ratio_survival"] = _pooled_share(out.monotone, index, len(RATIO_EDGES) - 1,
+                                              ["geometry"]).rename(bin="ratio_bin")
+        counts = [out.monotone.where(index == k).count([d for d in index.dims if d != "geometry"])
+                  for k in range(len(RATIO_EDGES) - 1)]
+        out["ratio_configurations"] = xr.concat(counts, dim="ratio_bin").transpose("geometry", "ratio_bin")
+        out["ratio_edges"] = ("ratio_edge", RATIO_EDGES)
+        out["base_share"] = out.base_monotone.mean([d for d in out.base_monotone.dims if d not in keep])
+        return out
 
     def export_table(self, summary):
-        """Per line of the grid along delta (per beta, and any other grid axis): the perturbation norm
-        where the share of runs with every head monotone falls through 1/2, and where the share of runs
-        meeting the sufficient condition does, each bracketed by grid values; the largest overlap
-        omega the grid's deltas produce. The condition is the bound's side: it can only hold where
-        the runs are monotone."""
-        from ..export import crossings_beyond, requested_seeds, table
+        """Per (geometry, beta): the median over configurations of the critical overlap along each run's
+        perturbation and of the margin's prediction of it, the share of configurations failing no
+        earlier than predicted, and the shares surviving and certified at the grid's smallest and
+        largest delta."""
+        from ..export import requested_seeds, table
 
         ds = self.with_axes(summary, Spec.of(summary))
-        lines = [d for d in ds.frac_runs_monotone.dims if d != "delta"]
-        shares = {
-            "monotone": (ds.frac_runs_monotone, "the share of runs with every head monotone up to T_eps"),
-            "condition": (ds.frac_runs_condition,
-                          "the share of runs meeting the sufficient condition at every sample"),
+        others = [d for d in ds.monotone.dims if d not in ("delta", "beta", "seed", "time", "geometry")]
+        pooled = ["delta", "seed", "time", *others]
+        critical, predicted = ds.critical_omega, ds.predicted_omega
+        known = critical.notnull() & predicted.notnull()
+        low, high = ds.delta.values.min(), ds.delta.values.max()
+        at = {"seed", "time", *others}
+        columns = {
+            "omega_critical": (critical.median(pooled), "median critical overlap omega along each run's "
+                                                        "perturbation (inf: none up to the search's end)"),
+            "omega_predicted": (predicted.where(known).median(pooled),
+                                "median of the margin's prediction min_h margin_h / sum_i |u^h_i| "
+                                "sum_h' |u^h'_i| at the orthogonal heads, same configurations"),
+            "share_no_earlier": ((critical >= predicted).where(known).mean(pooled),
+                                 "share of configurations whose critical omega is >= the prediction"),
+            "survival_delta_min": (ds.monotone.sel(delta=low).mean(at),
+                                   f"share staying monotone with the overlap at delta = {low:g}"),
+            "survival_delta_max": (ds.monotone.sel(delta=high).mean(at),
+                                   f"share staying monotone with the overlap at delta = {high:g}"),
+            "certified_delta_min": (ds.certified.sel(delta=low).mean(at),
+                                    f"share the sufficient condition certifies at delta = {low:g}"),
+            "omega_delta_max": (ds.omega.sel(delta=high).median(["seed", *others]),
+                                f"median overlap omega at delta = {high:g}"),
+            "base_share": (ds.base_share, "share of configurations where the orthogonal heads are monotone"),
         }
-        columns = {}
-        for key, (share, what) in shares.items():
-            # The shares fall as delta grows: one above 1/2 all along the grid crosses (if at all) above it.
-            mid, low, high = crossings_beyond(share.transpose(*lines, "delta"), "delta", 0.5, falling=True)
-            columns[f"delta_{key}"] = (mid, f"perturbation norm delta where {what} falls through 1/2 "
-                                            "(midpoint of the first bracket; NaN: no crossing on the grid)")
-            columns[f"delta_{key}_low"] = (low, "the bracket's grid value below the crossing; a share above "
-                                                "1/2 along the whole line: the largest delta (the crossing "
-                                                "is above the grid); below 1/2 all along: 0 on a grid of "
-                                                "positive deltas, else -inf (below the grid)")
-            columns[f"delta_{key}_high"] = (high, "the bracket's grid value above the crossing; above the "
-                                                  "grid: inf; below it: the smallest delta")
-        columns["omega_max"] = (ds.cross_norm.max("delta"), "largest overlap omega = max ||M_h' M_h||_op "
-                                                            "over the grid's deltas (and seeds)")
         columns["seeds"] = (xr.DataArray(requested_seeds(summary)), "seeds per cell, which every share is "
                             "over (the experiment block's)", "1")
-        return table(ds, lines, columns)
+        return table(ds, ["geometry", "beta"], columns)
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
         from ..plotting import plt
 
         ds = self.with_axes(summary, spec)
-        # Grid axes beyond the map's (a config may vary t_max, say): averaged, and said so.
-        extra = [dim for dim in ds.frac_runs_monotone.dims if dim not in ("beta", "delta")]
-        monotone = ds.frac_runs_monotone.mean(extra).transpose("beta", "delta").values
-        condition = ds.frac_runs_condition.mean(extra).transpose("beta", "delta").values
-        deltas, betas = ds.delta.values, ds.beta.values
-        fig, (ax, right) = plt.subplots(1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [3, 2]})
-        mesh = ax.imshow(monotone, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
-                         extent=(-0.5, len(deltas) - 0.5, -0.5, len(betas) - 0.5))
-        for j in range(len(betas)):
-            for i in range(len(deltas)):
-                if condition[j, i] > 0.5:  # the sufficient condition holds for most runs
-                    ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, hatch="//",
-                                               edgecolor="w", lw=0))
-                text = ("no data" if np.isnan(monotone[j, i])  # failed or missing cells
-                        else f"{monotone[j, i]:.2f}\n{condition[j, i]:.2f}")
-                colour = "0.3" if np.isnan(monotone[j, i]) else "w" if monotone[j, i] < 0.6 else "k"
-                ax.text(i, j, text, ha="center", va="center", fontsize=7, color=colour)
-        ax.set_xticks(range(len(deltas)), [f"{v:g}" for v in deltas])
-        ax.set_yticks(range(len(betas)), [f"{v:g}" for v in betas])
-        ax.grid(False)  # the theme's grid ran through the cells' numbers
-        ax.set_xlabel(r"perturbation norm $\delta$ (cell field; Thm 39 bounds the overlap $\omega$)")
-        ax.set_ylabel(r"inverse temperature $\beta$")
-        ax.set_title("runs with every head monotone up to $T_\\varepsilon$ (colour, first number);\n"
-                     r"runs meeting $\sum_i$margin$^h_i \geq \omega (2\beta n^2)^2 E_h (E - E_h)$ "
-                     "(second; hatched > 1/2)", fontsize=8, pad=10)
-        fig.colorbar(mesh, ax=ax, label="fraction of runs, every head monotone")
-        right.plot(deltas, ds.cross_norm.max(["beta", *extra]).values, "ko-", label="measured")
-        # The bound for equal strengths lambda: only where every cell of the panel has them.
-        if spec.fixed.get("lambda_dist") == "equal" and "lambda_bar" in spec.fixed:
-            lam, fine = float(spec.fixed["lambda_bar"]), np.linspace(0, float(np.max(deltas)), 100)
-            right.plot(fine, 2 * lam * fine + fine**2, "k--", lw=1,
-                       label=rf"bound $2\lambda\delta + \delta^2$, $\lambda = {lam:g}$")
-            right.legend(fontsize=7)
-        right.set_xlabel(r"perturbation norm $\delta$")
-        right.set_ylabel(r"measured overlap $\omega = \max\|M_{h'} M_h\|_{op}$")
-        right.set_title("the overlap each delta produces (max over seeds)", fontsize=8)
-        fixed = self.describe_fixed(spec, ("attention", "heads", "geometry", "H", "n", "d", "t_max"))
-        if extra:
-            fixed += f"; averaged over {', '.join(extra)}"
-        fig.suptitle(f"Approximate orthogonality (Thm 39): the condition is sufficient, for usa on the "
-                     f"sphere\n{fixed}", fontsize=9)
-        fig.tight_layout()
+        others = [d for d in ds.monotone.dims if d not in ("delta", "beta", "seed", "time", "geometry")]
+        betas = ds.beta.values.astype(float)
+        markers = {"sphere": ("o", "C0"), "flat": ("s", "C1")}
+        fig, axes = plt.subplots(2, 2, figsize=(7.0, 6.8), layout="constrained")
+        b_edges = np.arange(len(betas) + 1) - 0.5
+        mesh = None
+        for g, geometry in enumerate(GEOMETRIES):
+            ax = axes[0, g]
+            share = ds.base_share.sel(geometry=geometry).values
+            low, high = f"{np.nanmin(share):.0%}", f"{np.nanmax(share):.0%}"
+            spread = low if low == high else f"{low}-{high}"
+            ax.set_title(f"{geometry}: orthogonal heads monotone at\n{spread} of the configurations "
+                         "(per beta)", fontsize=8)
+            if "omega_edges" not in ds:
+                ax.text(0.5, 0.5, "no overlap on the grid (every delta = 0)", ha="center", va="center",
+                        transform=ax.transAxes, fontsize=8)
+                continue
+            edges = ds.omega_edges.values
+            survival = ds.map_survival.sel(geometry=geometry).transpose("beta", "omega_bin").values
+            certified_share = ds.map_certified.sel(geometry=geometry).transpose("beta", "omega_bin").values
+            mesh = ax.pcolormesh(edges, b_edges, np.ma.masked_invalid(survival), cmap="viridis", vmin=0,
+                                 vmax=1, shading="flat")
+            centres = np.sqrt(edges[:-1] * edges[1:])
+            for j in range(len(betas)):
+                for k, centre in enumerate(centres):
+                    if np.isfinite(survival[j, k]):
+                        ax.text(centre, j, f"{survival[j, k]:.2f}\n{certified_share[j, k]:.2f}", ha="center",
+                                va="center", fontsize=7, color="w" if survival[j, k] < 0.6 else "k")
+            prediction = ds.predicted_omega.sel(geometry=geometry)
+            for j, b in enumerate(betas):
+                median = float(prediction.sel(beta=b).median())
+                if np.isfinite(median):
+                    label = "median of the margin's predicted critical omega" if j == 0 else None
+                    ax.plot(np.clip(median, edges[0], edges[-1]), j + 0.38, "D", ms=5, mfc="w", mec="k",
+                            mew=0.8, clip_on=False, label=label)
+            ax.set_xscale("log")
+            ax.set_xlim(edges[0], edges[-1])
+            ax.set_xticks(edges, [f"{e:.2g}" for e in edges], rotation=45)
+            ax.minorticks_off()
+            ax.set_yticks(range(len(betas)), [f"{b:g}" for b in betas])
+            ax.grid(False)
+            ax.set_xlabel(r"overlap $\omega = \max\|M_{h'} M_h\|_{op}$")
+            ax.set_ylabel(r"inverse temperature $\beta$")
+        if mesh is not None:
+            fig.colorbar(mesh, ax=list(axes[0]), label="share staying monotone (first number)", shrink=0.9)
+            axes[0, 0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.32), frameon=False)
+
+        ax = axes[1, 0]
+        ratio = ds.ratio_edges.values
+        centres = np.sqrt(ratio[:-1] * ratio[1:])
+        for geometry in GEOMETRIES:
+            marker, colour = markers[geometry]
+            enough = ds.ratio_configurations.sel(geometry=geometry).values >= MIN_PER_BIN
+            ax.plot(centres[enough], ds.ratio_survival.sel(geometry=geometry).values[enough], marker=marker,
+                    color=colour, label=geometry)
+        ax.axvline(1.0, color="k", ls="--", lw=0.8, label="omega = the margin's prediction")
+        ax.set_xscale("log")
+        ax.set_ylim(-0.02, 1.05)
+        ax.set_xlabel(r"$\omega$ / the margin's prediction (per configuration)")
+        ax.set_ylabel("share staying monotone")
+        ax.set_title(f"survival against the overlap in units of the margin\n(bins of >= {MIN_PER_BIN} "
+                     "configurations)", fontsize=8)
+        ax.legend(fontsize=7, loc="lower left")
+
+        ax = axes[1, 1]
+        top, low = np.nan, np.nan
+        for geometry in GEOMETRIES:
+            crit = ds.critical_omega.sel(geometry=geometry).values.ravel()
+            pred = ds.predicted_omega.sel(geometry=geometry).values.ravel()
+            ok = np.isfinite(pred) & (pred > 0) & ~np.isnan(crit)
+            crit, pred = crit[ok], pred[ok]
+            if not crit.size:
+                continue
+            marker, colour = markers[geometry]
+            finite = np.isfinite(crit)
+            no_earlier = np.mean(crit[finite] >= pred[finite]) if finite.any() else np.nan
+            ax.scatter(pred[finite], crit[finite], s=7, marker=marker, color=colour, alpha=0.6, lw=0,
+                       label=f"{geometry}: {np.mean(finite):.0%} fail, {no_earlier:.0%} ≥ predicted")
+            top = np.nanmax([top, *crit[finite], *pred])
+            low = np.nanmin([low, *pred])
+            # Never failing up to the search's end: a triangle on the panel's top edge.
+            ax.scatter(pred[~finite], np.ones((~finite).sum()), s=9, marker="^", color=colour,
+                       transform=ax.get_xaxis_transform(), clip_on=False)
+        if np.isfinite(top):
+            line = np.geomspace(low, top, 2)
+            ax.plot(line, line, "k--", lw=0.8, label="= predicted")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(r"margin's prediction $\min_h \mathrm{margin}_h / \sum_i |u^h_i| \sum_{h'} |u^{h'}_i|$")
+        ax.set_ylabel(r"critical $\omega$ along the run's perturbation")
+        ax.set_title("critical overlap per configuration\n(triangles on top: never fails)", fontsize=8)
+        ax.legend(fontsize=7, loc="lower right")  # below the diagonal: where the bound says nothing fails
+        fixed = self.describe_fixed(spec, ("attention", "init", "H", "n", "d", "t_max", "seeds"))
+        if others:
+            fixed += f"; pooled over {', '.join(others)}"
+        fig.suptitle(f"Approximate orthogonality (Thm 39), pointwise at the configurations up to "
+                     f"$T_\\varepsilon$\n{fixed}", fontsize=9)
         return fig
 
 
