@@ -1,14 +1,14 @@
-"""Job parameters kept in files named by their digest, so that a rule's params stay a short path.
+"""Job parameters kept in files named by their digest, so that a rule's params stay 16 characters.
 
 Snakemake records a job's params and, when they change, reruns the job and quotes
 the old and new values in the dry run's reason. A batch's cells as JSON are tens
 of kilobytes (an experiment's grid points more), so a one-value edit printed
-hundreds of kilobytes. The rules pass instead the path of a file named by the
-SHA-256 of its text (``Layout.job_params``): the path changes exactly when the
-text does, so a job reruns exactly when its cells change. The file is written
-wherever the workflow is parsed (by the controller, a dry run, a cluster node
-parsing it again for its job), once: an existing file with that name already
-holds that text.
+hundreds of kilobytes. The rules pass instead the digest of that text (SHA-256),
+and the job reads the text from the file it names (``Layout.job_params``): the
+digest changes exactly when the text does, so a job reruns exactly when its
+cells change. The file is written wherever the workflow is parsed (by the
+controller, a dry run, a cluster node parsing it again for its job), once: an
+existing file of that name already holds that text.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from pathlib import Path
 
 from .layout import Layout
 
@@ -28,8 +27,9 @@ def digest(text: str) -> str:
 
 
 def put(layout: Layout, text: str) -> str:
-    """The path of the file holding ``text`` (written now unless it exists), as a string for a rule."""
-    path = layout.job_params(digest(text))
+    """The digest naming ``text``, whose file (``Layout.job_params``) is written now unless it exists."""
+    key = digest(text)
+    path = layout.job_params(key)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written aside and renamed: a job on another node parsing at the same time never reads half a file.
@@ -37,18 +37,18 @@ def put(layout: Layout, text: str) -> str:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
-    return str(path)
+    return key
 
 
-def get(path: str | Path) -> str:
-    """The text a rule's parameter file holds, checked against the digest its name carries."""
-    path = Path(path)
+def get(layout: Layout, key: str) -> str:
+    """The text ``put`` named ``key``, checked against it."""
+    path = layout.job_params(key)
     try:
         text = path.read_text()
     except FileNotFoundError:
         raise FileNotFoundError(f"job parameters {path} are missing: they are written when the workflow is "
                                 "parsed; run `snakemake` again") from None
-    if digest(text) != path.name.split(".")[0]:
+    if digest(text) != key:
         raise ValueError(f"job parameters {path} do not match their digest (edited or damaged): delete the "
                          "file and run `snakemake` again, which writes it anew")
     return text

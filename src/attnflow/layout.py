@@ -56,7 +56,7 @@ class Layout:
 
     def job_params(self, digest: str) -> Path:
         """Job parameters too long for a rule's params (a batch's cells, an experiment's grid points), in a
-        file named by their digest: the rules pass its path (``attnflow.jobparams``)."""
+        file named by their digest, which the rules pass instead (``attnflow.jobparams``)."""
         return self.results / "params" / f"{digest}.json"
 
     def summary(self, experiment: str) -> Path:

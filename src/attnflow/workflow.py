@@ -377,21 +377,22 @@ def repair_tickets(results: str | Path, batch: str) -> list[str]:
 
 
 def batch_params(sweep: Sweep, batch: str) -> str:
-    """The simulate job's parameter: the path of the file holding its cells as JSON (each cell's cached
-    canonical JSON, the text ``json.dumps([cell.to_dict() ...], sort_keys=True)`` gives), named by
-    their digest (``attnflow.jobparams``): it changes when, and only when, the batch's cells do."""
+    """The simulate job's parameter: the digest naming the file of its cells as JSON (each cell's cached
+    canonical JSON, the text ``json.dumps([cell.to_dict() ...], sort_keys=True)`` gives; see
+    ``attnflow.jobparams``): it changes when, and only when, the batch's cells do."""
     text = "[" + ", ".join(cell.canonical_json() for cell in sweep.batches[batch]) + "]"
     return jobparams.put(sweep.layout, text)
 
 
 def spec_params(sweep: Sweep, name: str) -> str:
-    """An aggregate job's parameter: the file holding its experiment's spec, as ``batch_params``."""
+    """An aggregate job's parameter: the digest naming the file of its experiment's spec, as
+    ``batch_params``."""
     return jobparams.put(sweep.layout, sweep.specs[name].to_json())
 
 
 def entries_params(sweep: Sweep, name: str) -> str:
-    """An aggregate job's parameter: the file holding its experiment's grid points (``Sweep.entries``: grid
-    coordinates, store path, cell id), as ``batch_params``."""
+    """An aggregate job's parameter: the digest naming the file of its experiment's grid points
+    (``Sweep.entries``: grid coordinates, store path, cell id), as ``batch_params``."""
     return jobparams.put(sweep.layout, json.dumps(sweep.entries(name)))
 
 
@@ -403,15 +404,16 @@ def provenance(config: dict) -> dict:
 
 
 def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=print):
-    """Simulate the cells of a batch (``cells_params``: the file ``batch_params`` named) its store does not
+    """Simulate the cells of a batch (``cells_params``: the digest ``batch_params`` gave) its store does not
     hold, then write its manifest: the cells its store holds, the store's size and time (what the
     start-up check compares), and the cells that failed (errors by cell id). The job succeeds with
     failed cells: they are missing from the figures, listed in their captions, retried by the next run."""
     from .cell import Cell
     from .sweep import run_batch
 
-    cells = [Cell(**fields) for fields in json.loads(jobparams.get(cells_params))]
-    result = run_batch(cells, batch, Layout(results_of(config)), log=log,
+    layout = Layout(results_of(config))
+    cells = [Cell(**fields) for fields in json.loads(jobparams.get(layout, cells_params))]
+    result = run_batch(cells, batch, layout, log=log,
                        provenance={"batch": batch, **provenance(config)})
     stat = result.path.stat() if result.cells else None
     Path(output).write_text(json.dumps({
@@ -452,18 +454,19 @@ def failure_report(sweep: Sweep) -> str | None:
 def aggregate_job(name: str, spec_params: str, entries_params: str, output: str, scheduler: str,
                   config: dict, modules=(), retire=(), manifests=()):
     """Summarise one experiment from the stores its rule names (never re-derived from the config;
-    the files ``spec_params`` and ``entries_params`` named); the errors of its
+    the digests ``spec_params`` and ``entries_params`` gave); the errors of its
     failed cells come from the batches' ``manifests``."""
     from .aggregate import aggregate
     from .experiments import registry
 
     experiment = registry(modules).get(name)
-    entries = [tuple(entry) for entry in json.loads(jobparams.get(entries_params))]
+    layout = Layout(results_of(config))
+    entries = [tuple(entry) for entry in json.loads(jobparams.get(layout, entries_params))]
     failures = {}
     for path in manifests:
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
             failures.update(json.loads(Path(path).read_text()).get("failed") or {})
-    spec = Spec.from_json(name, jobparams.get(spec_params))
+    spec = Spec.from_json(name, jobparams.get(layout, spec_params))
     return aggregate(experiment, spec, entries, output, scheduler=scheduler, provenance=provenance(config),
                      retire=retire, failures=failures)
 

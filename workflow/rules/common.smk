@@ -106,7 +106,7 @@ def experiment_tickets(wildcards):
 
 
 def batch_cells(wildcards):
-    """The file of the batch's cells, named by their digest: a short parameter (attnflow.jobparams)."""
+    """The digest of the batch's cells, which the job reads from the file it names (attnflow.jobparams)."""
     return batch_params(SWEEP, wildcards.batch)
 
 
@@ -115,7 +115,7 @@ def experiment_manifests(wildcards):
 
 
 def experiment_entries(wildcards):
-    """The file of (grid coordinates, store path, cell id) of every grid point: what the aggregation reads."""
+    """The digest of (grid coordinates, store path, cell id) of every grid point: what the aggregation reads."""
     return entries_params(SWEEP, wildcards.experiment)
 
 
