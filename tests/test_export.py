@@ -74,7 +74,7 @@ def test_clustering_probability_and_time(tiny_run, tmp_path):
         if np.isfinite(row.t_half):  # half the runs clustered within the band's bracket
             assert row.t_half_low <= row.t_half <= np.nan_to_num(row.t_half_high, nan=np.inf)
             p = summary.probability.sel(sel)  # a step in t: below 1/2 before the midpoint, not after
-            before, after = (float(p.sel(t=row.t_half, method=m)) for m in ("pad", "backfill"))
+            before, after = (float(p.sel(time=row.t_half, method=m)) for m in ("pad", "backfill"))
             assert before < 0.5 <= after
 
     df, doc = _export(tmp_path, config, "clustering_time")

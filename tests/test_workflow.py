@@ -65,9 +65,9 @@ def test_summaries_match_closed_forms(tiny_run):
             assert float(ct.t_bound.sel(point)) == pytest.approx((level - 1 / np.sqrt(d)) / drive, rel=1e-12)
 
     cp = _summary(results, "clustering_probability")
-    p = cp.probability.transpose(..., "t").values
+    p = cp.probability.transpose(..., "time").values
     assert np.all((p >= 0) & (p <= 1)) and np.all(np.diff(p, axis=-1) >= 0)  # non-decreasing in t
-    low, high = (cp[k].transpose(..., "t").values for k in ("probability_low", "probability_high"))
+    low, high = (cp[k].transpose(..., "time").values for k in ("probability_low", "probability_high"))
     assert np.all(low <= p + 1e-12) and np.all(p <= high + 1e-12)
     expected = theory.equiangular_time(1 / np.sqrt(3), 0.99, [1.0], cp.beta.values, 6)
     np.testing.assert_allclose(cp.t_closed.sel(H=1), expected, rtol=1e-12)

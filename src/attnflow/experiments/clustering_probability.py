@@ -52,9 +52,11 @@ class ClusteringProbability(Experiment):
     }
 
     refine_axis = "beta"
+    # 2: the summary's time dimension is "time" (it was "t"), the name every store and summary uses.
+    reduction_version = 2
 
     def refine_field(self, summary):
-        return summary.probability.isel(t=-1, drop=True), 0.5  # clustered by t_max: P = 1/2
+        return summary.probability.isel(time=-1, drop=True), 0.5  # clustered by t_max: P = 1/2
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         return xr.Dataset({"t_cluster": ds.t_cluster.where(~ds.censored, np.inf)})
@@ -67,8 +69,9 @@ class ClusteringProbability(Experiment):
         t = np.geomspace(t_min, t_max, TIME_POINTS)
         times = out.t_cluster
         trials = times.notnull().sum("seed")
-        clustered = (times.expand_dims(t=t) <= xr.DataArray(t, dims="t", coords={"t": t})).sum("seed")
-        out = out.assign_coords(t=("t", t, {"units": "time"}))
+        grid = xr.DataArray(t, dims="time", coords={"time": t})
+        clustered = (times.expand_dims(time=t) <= grid).sum("seed")
+        out = out.assign_coords(time=("time", t))
         out["probability"] = clustered / trials
         low, high = wilson_interval(clustered, trials)
         out["probability_low"] = (clustered.dims, np.asarray(low))
@@ -89,10 +92,10 @@ class ClusteringProbability(Experiment):
         by t_max with its band."""
         from ..export import crossings, table
 
-        t_half = crossings(summary.probability, "t", 0.5)[0]
-        early = crossings(summary.probability_high, "t", 0.5)[0]  # the band's top reaches 1/2 first
-        late = crossings(summary.probability_low, "t", 0.5)[0]
-        last = summary.isel(t=-1, drop=True)
+        t_half = crossings(summary.probability, "time", 0.5)[0]
+        early = crossings(summary.probability_high, "time", 0.5)[0]  # the band's top reaches 1/2 first
+        late = crossings(summary.probability_low, "time", 0.5)[0]
+        last = summary.isel(time=-1, drop=True)
         columns = {
             "t_half": (t_half, "measured time by which half the runs have clustered (geometric midpoint of "
                                "the bracket on the summary's time grid; NaN: not reached by t_max)"),
@@ -116,7 +119,7 @@ class ClusteringProbability(Experiment):
         ds = self.with_axes(summary, spec)
         Hs = ds.H.values
         fig, axes = plt.subplots(2, len(Hs), figsize=(5.2 * len(Hs), 7.4), squeeze=False)
-        t = ds.t.values
+        t = ds.time.values
         b_vals = ds.beta.values.astype(float)
         t_edges, b_edges = log_edges(t), log_edges(b_vals)
         colours = sns.color_palette("viridis", n_colors=b_vals.size)
@@ -128,7 +131,7 @@ class ClusteringProbability(Experiment):
             # No run clustered by t_max: P = 0 throughout, which the panels say rather than draw as data.
             censored = runs > 0 and not np.isfinite(sub.t_cluster.values).any()
             ax = axes[0, j]
-            prob = sub.probability.transpose("beta", "t").values
+            prob = sub.probability.transpose("beta", "time").values
             mesh = ax.pcolormesh(t_edges, b_edges, prob, cmap="magma", vmin=0, vmax=1, shading="flat")
             tg, bg = np.meshgrid(t, b_vals)
             if np.nanmin(prob) < 0.5 < np.nanmax(prob):
