@@ -5,7 +5,7 @@ Every variable and coordinate of a store or summary carries ``units``,
 a dimensionless quantity, which is every quantity of the model (docs/model.md,
 "Units and metadata"), time included: the flow ``dx_i/dt = P_{x_i}(v_i)`` fixes no
 time scale, so its time is a pure number, named ``FLOW_TIME`` wherever a
-variable is a time or a rate. A count, a fraction, a 0/1 flag and a label are
+variable is a time or a rate (``attnflow.units``). A count, a fraction, a 0/1 flag and a label are
 ``"1"`` too.
 
 Stores get their variables' attributes from ``attnflow.observables`` and
@@ -22,12 +22,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the engine imports this module (through observables): no xarray at import
-    import xarray as xr
+from .units import CONVENTIONS, FLOW_TIME, TIME_UNITS
 
-CONVENTIONS = "CF-1.10"
-TIME_UNITS = "1"
-FLOW_TIME = "dimensionless time of the flow"
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ field at every sample (about one right-hand side each), and those marked
 ``needs_scores`` keep its raw scores; the others only read the positions. The
 engine reads both flags from here. Each variable declares its CF units (every
 quantity of the model is dimensionless: ``"1"``, rates per unit of the flow's
-dimensionless time included; ``attnflow.metadata``), long name and description,
+dimensionless time included; ``attnflow.units``), long name and description,
 which every store keeps.
 """
 
@@ -17,10 +17,8 @@ from __future__ import annotations
 import dataclasses
 
 from .attention import AttentionType, Energy, Entropy
-from .metadata import FLOW_TIME
 from .registry import Registry
-
-RATE = f"per unit {FLOW_TIME}"
+from .units import RATE
 
 
 @dataclasses.dataclass(frozen=True)

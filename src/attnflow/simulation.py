@@ -10,10 +10,11 @@ from .attention import ATTENTIONS
 from .cell import INT64_MAX, MAX_EXPONENT, MIN_RTOL, Cell
 from .engine import IntegrationError, solve
 from .heads import Form, head_matrices
-from .metadata import COORDINATES, FLOW_TIME, TIME_UNITS
+from .metadata import COORDINATES
 from .observables import variables
 from .resources import oversized
 from .tokens import initial_tokens, unit_rows
+from .units import FLOW_TIME, TIME_UNITS
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
 _SPHERE_TOLERANCE = 1e-8
