@@ -79,8 +79,8 @@ def test_a_summary_variable_declared_nowhere_stops_the_aggregation_named():
     assert described.beta.attrs["long_name"] == "inverse temperature"
 
 
-# The shipped experiments the tiny run leaves out (trained_heads needs a weights file): each summarised
-# from a few tiny cells, simulated in-process as a simulate job does.
+# The shipped experiments the tiny run leaves out: each summarised from a few tiny cells, simulated
+# in-process as a simulate job does (trained_heads from test_trained's two-head weights file).
 SMALL = {
     "crossover": {"fixed": {"n": 4, "d": 8, "seeds": 2, "t_max": 20.0},
                   "grid": {"attention": ["softmax", "relu"], "init": ["equiangular_typical"],
@@ -93,12 +93,19 @@ SMALL = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", [*sorted(SMALL), "trained_heads"])
 def test_the_experiments_outside_the_tiny_run_are_described(tmp_path, name):
     from attnflow import simulate
     from attnflow.sweep import cell_id
 
-    sweep = validate({"results": str(tmp_path / "results"), "experiments": {name: SMALL[name]}},
+    block = SMALL.get(name)
+    if name == "trained_heads":
+        from test_trained import D, _weights
+
+        block = {"fixed": {"weights": str(_weights(tmp_path)[0]), "H": 2, "d": D, "n": 4, "seeds": 2,
+                           "t_max": 1.0, "n_samples": 5},
+                 "grid": {"layer": [0], "heads": ["trained", "trained_orthogonal"], "beta": [1.0, 2.0]}}
+    sweep = validate({"results": str(tmp_path / "results"), "experiments": {name: block}},
                      reach_scheduler=False)
     for batch, cells in sweep.batches.items():
         place_batch(sweep, batch, {cell_id(c): simulate(c) for c in cells})
