@@ -8,7 +8,7 @@ from attnflow.layout import Layout
 ROOT = Path(__file__).resolve().parents[1]
 # Every name the layout gives a directory or file under the results directory, as a string literal or a
 # path fragment ("results/figures", f"{x}.zarr").
-NAMES = "simulations|summaries|_summaries|manifests|figures|repairs|logs|benchmarks"
+NAMES = "simulations|summaries|_summaries|manifests|figures|repairs|logs|benchmarks|params"
 SPELLINGS = re.compile(rf"""["'/]({NAMES})(["'/]|$)|\.zarr\b|\.failed\.json|\.attnflow\.lock""")
 
 

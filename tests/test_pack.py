@@ -16,7 +16,9 @@ from attnflow.sweep import cell_id
 def _cell(n: int, beta: float, seed: int) -> xr.Dataset:
     rng = np.random.default_rng(seed)
     return xr.Dataset(
-        {"energy": (("seed", "time", "token"), rng.random((2, 5, n))),
+        # Variable attributes as simulate() gives them: one description naming the cell's own beta.
+        {"energy": (("seed", "time", "token"), rng.random((2, 5, n)),
+                    {"units": "1", "long_name": "energy", "description": f"energy at beta = {beta}"}),
          "count": (("seed", "time"), rng.integers(0, 9, (2, 5)).astype("int32")),
          "censored": ("seed", np.array([True, False]))},
         coords={"seed": [0, 1], "time": np.linspace(0, 1, 5), "token": np.arange(n)},
@@ -29,6 +31,10 @@ def test_cells_of_one_shape_share_a_group_and_come_back_exactly(tmp_path):
     assert {name: ds[CELL].values.tolist() for name, ds in groups.items()} == {"g0": ["a", "c"], "g1": ["b"]}
     assert groups["g0"].attrs["solver"] == "dopri"  # shared attributes once, per group
     assert cell_values(groups["g0"], "cell_beta").values.tolist() == [0.5, 2.0]
+    # Variable attributes the group's cells share stay on the group's variable; one that differs is each
+    # cell's value joined there (and each cell's own comes back with it, below).
+    assert groups["g0"].energy.attrs == {"units": "1", "long_name": "energy",
+                                         "description": "energy at beta = 0.5 | energy at beta = 2.0"}
     write(groups, tmp_path / "batch.zarr.zip")
     members = read_members(tmp_path / "batch.zarr.zip")
     back = {}

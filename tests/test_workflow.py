@@ -3,17 +3,19 @@
 import itertools
 import json
 import os
+import re
 import struct
 import zipfile
 
 import numpy as np
 import pytest
-from sweep_helpers import planned, run, snapshot, write_config
+from sweep_helpers import beta_star_config, planned, run, snapshot, write_config
 
-from attnflow import theory
+from attnflow import jobparams, theory
 from attnflow.cli import main as attnflow_main
 from attnflow.config import load
 from attnflow.experiments.superadditivity import linear_strengths
+from attnflow.layout import Layout
 from attnflow.store import RECORD, open_verified, record_of
 from attnflow.sweep import stored_cells
 
@@ -129,6 +131,24 @@ def test_rerun_is_noop_and_new_values_run_only_their_jobs(tiny_run):
     # One more d in clustering_time: batches over n, so two new batches (one per attention).
     more_d = write_config(tmp, "d.yaml", **{"experiments.clustering_time.grid.d": [16, 64, 128]})
     assert planned(tmp, more_d) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+
+
+def test_a_one_value_edit_dry_run_is_short(beta_star_run):
+    # Rules pass the digest of a batch's cells, not the cells: the dry run quotes two 16-character digests
+    # per batch (the cells' JSON, 2 x 1.2 KB per cell and batch, before).
+    workdir, _, results = beta_star_run
+    more = beta_star_config(workdir, "one_more_beta.yaml",
+                            **{"experiments.beta_star.grid.beta": [0.5, 2.0, 8.0]})
+    assert planned(workdir, more) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+    proc = run(workdir, more, "-n")
+    printed = proc.stdout + proc.stderr
+    assert printed.count("Params have changed since last execution") == 2, printed
+    # As printed for a results folder relative to the working directory, as the shipped configs give it
+    # (the fixture's is absolute: a 40-character temporary directory before each of 30 paths).
+    assert len(printed.replace(f"{workdir}/", "").encode()) < 5000, printed
+    # The files the new digests name hold the new cells, the third beta among them.
+    quoted = [json.loads(jobparams.get(Layout(results), key)) for key in re.findall(r"now: '(\w+)'", printed)]
+    assert len(quoted) == 2 and all(sorted(c["beta"] for c in cells) == [0.5, 2.0, 8.0] for cells in quoted)
 
 
 def _copy_run(tiny_run, tmp_path):

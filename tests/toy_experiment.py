@@ -25,6 +25,13 @@ class ToyMargin(Experiment):
     caption = "Sign of the sufficient margin at t = 0 against beta; dashed: beta*(H, n)."
     reading = "The sign flips at the dashed line."
     refine_axis = "beta"
+    # Its summary variables, which attnflow.metadata does not know: an experiment module declares its own.
+    metadata = {
+        "margin": ("1", "sufficient Radial-Dominance margin at t = 0",
+                   "min over heads, tokens and seeds of rd_margin_sufficient at t = 0"),
+        "holds": ("1", "sufficient margin holds", "1 where margin >= 0, else 0"),
+        "beta_star": ("1", "closed-form threshold beta*(H, n)", "Thm 19's sufficient threshold"),
+    }
 
     def refine_field(self, summary):
         return summary.holds, 0.5

@@ -152,7 +152,8 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     stored yet is ``NotBuiltError`` naming its grid point and the command that
     writes it.
     """
-    from .pack import split
+    from .metadata import with_coordinates
+    from .pack import merged_attrs, split
     from .store import load, open_members
     from .sweep import cell_id, store_versions
 
@@ -181,9 +182,10 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
         return pieces[0].isel(cell=0, drop=True)
     out = xr.concat(pieces, dim="cell", join="outer", coords="minimal", compat="override",
                     combine_attrs="drop_conflicts")
-    if len(axes) == 1:
-        return out.swap_dims(cell=axes[0])
-    return out.set_index(cell=axes).unstack("cell")
+    for name in pieces[0].variables:  # a description naming each cell's threshold: joined, not dropped
+        out[name].attrs = merged_attrs([piece[name].attrs for piece in pieces])
+    out = out.swap_dims(cell=axes[0]) if len(axes) == 1 else out.set_index(cell=axes).unstack("cell")
+    return with_coordinates(out)  # the grid axes: units, long name, description
 
 
 __all__ = ["NotBuiltError", "NotOnGrid", "load_sweep", "open_cells", "open_summary", "select_points"]

@@ -9,7 +9,10 @@ explicit outer join, so a missing cell is NaN, never dropped, and listed. A
 corrupt store stops the aggregation, named; so do stores written under another
 numerics version (stale): a summary never mixes versions. A summary records
 the numerics version of its stores and the version of its experiment's
-reduction; the workflow rebuilds one whose versions are not the current ones.
+reduction; the workflow rebuilds one whose versions are not the current ones. Every
+variable and coordinate of a summary carries units, a long name and a
+description (``attnflow.metadata``), and the summary a title, its Conventions
+(CF) and a history line.
 (Building one lazy dask graph over every store's reduction was measured
 slower: 6.5 s of graph construction for 96 small stores against 1 s of work.)
 """
@@ -17,6 +20,7 @@ slower: 6.5 s of graph construction for 96 small stores against 1 s of work.)
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +29,7 @@ import dask
 import numpy as np
 import xarray as xr
 
-from . import __version__
+from . import __version__, metadata
 from .experiments import Experiment, Spec
 from .pack import CELL, cell_values, select
 from .store import CorruptStore, StaleStore, load, open_members, quarantine, record_of
@@ -82,6 +86,8 @@ def _reduce_store(experiment: Experiment, path: str, wanted: Sequence[tuple[dict
             rows = [(cid, coords) for cid in ids for coords in by_cell[cid]]
             cells = select(ds, [cid for cid, _ in rows])
             piece = experiment.reduce(cells).load()
+            # A scalar coordinate left by a selection (``isel(time=0)``'s ``time = 0``) describes no axis.
+            piece = piece.drop_vars([name for name, coord in piece.coords.items() if coord.ndim == 0])
             certificate = cell_values(cells, "certificate_error").values
         axes = list(rows[0][1])
         piece = piece.drop_vars(CELL).assign_coords(
@@ -147,7 +153,9 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     out = experiment.derive(experiment.with_axes(out, spec), spec)
     out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing,
                       "failed_cells": failed, **certificate})
-    return out
+    # Units, long names and descriptions of every variable and coordinate, from one table
+    # (attnflow.metadata) and the experiment's own: one it adds without them stops here, named.
+    return metadata.describe_summary(out, experiment.name, experiment.metadata)
 
 
 def _worst_certificate(errors, where) -> dict:
@@ -185,6 +193,11 @@ def aggregate(experiment: Experiment, spec: Spec, entries, output, *, scheduler:
         print(f"WARNING {experiment.name}: {len(missing)} cells have no store (NaN in the summary): "
               + ", ".join(missing))
     summary.attrs.update({
+        **metadata.summary_attrs(experiment.name, history=(
+            f"{datetime.datetime.now(datetime.UTC):%Y-%m-%dT%H:%M:%SZ} attnflow {__version__}: "
+            f"{len(entries)} grid points of experiment {experiment.name} reduced from "
+            f"{len({p for _, p, _ in entries})} simulation stores (reduction version "
+            f"{experiment.reduction_version})")),
         "n_missing_cells": len(missing),
         "missing_cells": ", ".join(missing),
         "n_failed_cells": len(failed),

@@ -98,6 +98,10 @@ ADDING = [
     "(`tests/test_pack.py` checks every experiment's `reduce` of many cells against each cell",
     "alone). `derive(summary, spec)` adds what needs the whole grid: thresholds, fits, closed",
     "forms. `plot(summary, spec)` draws the figure; import matplotlib there, not at module top.",
+    "Every summary variable has units, a long name and a description (docs/model.md, \"Units and",
+    "metadata\"): those of the shipped experiments are in `attnflow.metadata`; a module declares",
+    "its own in `metadata`, name -> (units, long_name, description), and the aggregation stops,",
+    "naming any summary variable declared nowhere.",
     "",
 ]
 

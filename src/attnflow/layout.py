@@ -54,6 +54,11 @@ class Layout:
         cells failed, with their errors: the job's output."""
         return self.results / "manifests" / f"{batch}.json"
 
+    def job_params(self, digest: str) -> Path:
+        """Job parameters too long for a rule's params (a batch's cells, an experiment's grid points), in a
+        file named by their digest, which the rules pass instead (``attnflow.jobparams``)."""
+        return self.results / "params" / f"{digest}.json"
+
     def summary(self, experiment: str) -> Path:
         return self.results / "summaries" / f"{experiment}{STORE_SUFFIX}"
 

@@ -22,6 +22,9 @@ CERTIFICATE_BOUND = 1e-4
 # 3: products above 10^6 multiply-adds with a small right operand are taken in panels of rows
 #    (engine/blas.py): OpenBLAS computes them with its unpacked kernel, whose sums differ in the last
 #    bit on some shapes (256 tokens in d = 17, say); the shapes of most cells keep every bit.
-NUMERICS_VERSION = 3
+# 4: stores keep every variable's and coordinate's units, long_name and description (CF units: "1",
+#    time included), which packing a batch's cells dropped; the numbers are the same. Stores of 3 lack
+#    them, so they are recomputed rather than read back without them.
+NUMERICS_VERSION = 4
 
 __all__ = ["CERTIFICATE_BOUND", "NUMERICS_VERSION"]

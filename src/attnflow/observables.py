@@ -6,7 +6,10 @@ its experiment needs, and the compiled engine computes only those
 criterion reads it. Groups marked ``needs_velocity`` evaluate the attention
 field at every sample (about one right-hand side each), and those marked
 ``needs_scores`` keep its raw scores; the others only read the positions. The
-engine reads both flags from here.
+engine reads both flags from here. Each variable declares its CF units (every
+quantity of the model is dimensionless: ``"1"``, rates per unit of the flow's
+dimensionless time included; ``attnflow.units``), long name and description,
+which every store keeps.
 """
 
 from __future__ import annotations
@@ -15,15 +18,21 @@ import dataclasses
 
 from .attention import AttentionType, Energy, Entropy
 from .registry import Registry
+from .units import RATE
 
 
 @dataclasses.dataclass(frozen=True)
 class Variable:
     name: str
     dims: tuple[str, ...]  # after ("seed", "time")
-    units: str
+    units: str  # CF: "1" for a dimensionless quantity
+    long_name: str
     description: str | dict  # or, where the attention type's energy or entropy decides, one per rule
     dtype: str = "float64"
+
+    def attrs(self, attention: AttentionType) -> dict[str, str]:
+        """The attributes a store gives the variable, for stores of ``attention``."""
+        return {"units": self.units, "long_name": self.long_name, "description": self.describe(attention)}
 
     def describe(self, attention: AttentionType) -> str:
         """The description, for stores of ``attention`` (its declared energy or entropy rule)."""
@@ -46,47 +55,51 @@ class ObservableGroup:
 
 GROUPS: Registry[ObservableGroup] = Registry("observables", [
     ObservableGroup("cosines", (
-        Variable("gamma_mean", (), "1", "mean pairwise cosine <x_i, x_j>, i < j"),
-        Variable("gamma_min", (), "1", "minimum pairwise cosine <x_i, x_j>, i < j"),
+        Variable("gamma_mean", (), "1", "mean pairwise cosine", "mean pairwise cosine <x_i, x_j>, i < j"),
+        Variable("gamma_min", (), "1", "minimum pairwise cosine",
+                 "minimum pairwise cosine <x_i, x_j>, i < j"),
     ), False, False, "pairwise cosines (always recorded; the clustering criterion reads them)"),
     ObservableGroup("clusters", (
-        Variable("cluster_count", (), "1",
+        Variable("cluster_count", (), "1", "number of clusters",
                  "connected components of the graph with an edge where <x_i, x_j> >= 1 - cluster_eps",
                  "int32"),
     ), False, False, "number of clusters (metastable multi-cluster states show as plateaus)"),
     ObservableGroup("velocity", (
-        Variable("kinetic", (), "1/time^2", "(1/n) sum_i ||dx_i/dt||^2"),
-        Variable("gamma_mean_rate", (), "1/time", "exact d gamma_mean / dt from the velocities"),
+        Variable("kinetic", (), "1", "kinetic term", f"(1/n) sum_i ||dx_i/dt||^2, dx_i/dt {RATE}"),
+        Variable("gamma_mean_rate", (), "1", "rate of the mean pairwise cosine",
+                 f"exact d gamma_mean / dt from the velocities, {RATE}"),
     ), True, False, "kinetic term and the exact rate of the mean cosine"),
     ObservableGroup("energy", (
-        Variable("energy", ("head",), "1", {
+        Variable("energy", ("head",), "1", "per-head energy", {
             Energy.EXP: "per-head energy E_h = sum_ij exp(beta s^h_ij) / (2 beta n^2)",
             Energy.SOFTPLUS: "per-head energy E_h = sum_ij softplus(beta s^h_ij - log n) / (2 beta n)"}),
-        Variable("energy_rate", ("head",), "1/time", {
+        Variable("energy_rate", ("head",), "1", "per-head energy rate", {
             Energy.EXP: "exact dE_h/dt = (1/n^2) sum_i <dx_i/dt, g^h_i>, "
-                        "g^h_i = sum_j exp(beta s^h_ij) M_h x_j",
+                        f"g^h_i = sum_j exp(beta s^h_ij) M_h x_j, {RATE}",
             Energy.SOFTPLUS: "exact dE_h/dt = (1/n) sum_i <dx_i/dt, g^h_i>, "
-                             "g^h_i = sum_j sigma(beta s^h_ij - log n) M_h x_j"}),
+                             f"g^h_i = sum_j sigma(beta s^h_ij - log n) M_h x_j, {RATE}"}),
     ), True, True, "per-head energies and their exact rates (Thm 11, 16-17, 39)"),
     ObservableGroup("radial", (
-        Variable("radial_shadow", ("head", "token"), "1", "a^h_i = <f^h_i, x_i>"),
-        Variable("tangential_power", ("head", "token"), "1", "T^h_i = ||P_{x_i} f^h_i||^2"),
-        Variable("rd_margin", ("head", "token"), "1",
+        Variable("radial_shadow", ("head", "token"), "1", "radial shadow", "a^h_i = <f^h_i, x_i>"),
+        Variable("tangential_power", ("head", "token"), "1", "tangential power",
+                 "T^h_i = ||P_{x_i} f^h_i||^2"),
+        Variable("rd_margin", ("head", "token"), "1", "Radial Dominance margin",
                  "Radial Dominance margin T^h_i - a^h_i sum_{h'!=h} a^h'_i (>= 0: Condition 8 holds)"),
-        Variable("rd_margin_sufficient", ("head", "token"), "1",
+        Variable("rd_margin_sufficient", ("head", "token"), "1", "sufficient Radial Dominance margin",
                  "sufficient margin T^h_i - (H-1) |a^h_i| max_{h'!=h} ||f^h'_i|| (Thm 19)"),
     ), True, False, "radial shadows and Radial Dominance margins (Thm 16-19)"),
     ObservableGroup("entropy", (
-        Variable("entropy", ("head", "token"), "nat", {
-            Entropy.SOFTMAX: "attention entropy of softmax_j(beta s^h_ij) (over j <= i under a causal mask)",
+        Variable("entropy", ("head", "token"), "1", "attention entropy (nats)", {
+            Entropy.SOFTMAX: "attention entropy of softmax_j(beta s^h_ij) (over j <= i under a causal mask), "
+                             "natural logarithm",
             Entropy.SIGMOID: "entropy of the row-normalised weights sigma(beta s^h_ij - log n) (over j <= i "
-                             "under a causal mask)"}),
-        Variable("entropy_rate", ("head", "token"), "nat/time", {
-            Entropy.SOFTMAX: "Thm 27: -beta^2 Cov_p(s_ij, ds_ij/dt), exact",
-            Entropy.SIGMOID: "-Cov_p(l_j, dl_j/dt), l_j = log sigma(beta s_ij - log n), exact"}),
+                             "under a causal mask), natural logarithm"}),
+        Variable("entropy_rate", ("head", "token"), "1", "attention entropy rate (nats)", {
+            Entropy.SOFTMAX: f"Thm 27: -beta^2 Cov_p(s_ij, ds_ij/dt), exact, {RATE}",
+            Entropy.SIGMOID: f"-Cov_p(l_j, dl_j/dt), l_j = log sigma(beta s_ij - log n), exact, {RATE}"}),
     ), True, True, "attention entropy and its exact rate (Thm 27)"),
     ObservableGroup("positions", (
-        Variable("x", ("token", "dim"), "1", "token positions"),
+        Variable("x", ("token", "dim"), "1", "token positions", "token positions x_i"),
     ), False, False, "the token positions themselves"),
 ])
 

@@ -8,7 +8,12 @@ cell id. So a store holds one chunk per variable and group, whatever the
 number of cells, and an experiment's reduction runs once per group on every
 cell at once. A cell's attributes (its parameters, solver statistics,
 accuracy certificate) are kept exactly: those all cells of a group share as
-the group's attributes, the rest per cell (``CELL_ATTRS``, JSON).
+the group's attributes, the rest per cell (``CELL_ATTRS``, JSON). So are its
+variables' attributes (``units``, ``long_name``, ``description``): those the
+cells share on the group's variable, where they differ (a description naming
+each cell's clustering threshold) every cell's value joined by " | " there and
+each cell's own in ``CELL_ATTRS`` under ``VARIABLE_ATTRS``, which ``split``
+puts back.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ from collections.abc import Mapping
 import numpy as np
 import xarray as xr
 
+from .metadata import COORDINATES
+
 CELL = "cell"
 CELL_ATTRS = "cell_attrs"  # group attribute: per cell, the attributes that differ across the group
+VARIABLE_ATTRS = "variable_attrs"  # in a cell's CELL_ATTRS entry: its variables' attributes the group's lack
 
 
 def _signature(ds: xr.Dataset) -> tuple:
@@ -46,10 +54,31 @@ def group_cells(cells: Mapping[str, xr.Dataset]) -> dict[str, xr.Dataset]:
         varying = [{key: value for key, value in ds.attrs.items() if key not in common} for ds in members]
         stacked = xr.concat([ds.drop_attrs(deep=False) for ds in members], dim=CELL, coords="minimal",
                             compat="override", join="exact", combine_attrs="drop")
-        stacked = stacked.assign_coords({CELL: (CELL, ids)})
+        stacked = stacked.assign_coords({CELL: (CELL, ids, COORDINATES[CELL].attrs())})
+        for name in members[0].variables:
+            stacked[name].attrs = merged_attrs([ds[name].attrs for ds in members])
+            for ds, own in zip(members, varying, strict=True):
+                differing = {k: v for k, v in ds[name].attrs.items()
+                             if k not in stacked[name].attrs or not _same(v, stacked[name].attrs[k])}
+                if differing:
+                    own.setdefault(VARIABLE_ATTRS, {})[name] = differing
         stacked.attrs = {**common, CELL_ATTRS: json.dumps(varying, default=_plain)}
         groups[f"g{k}"] = stacked
     return groups
+
+
+def merged_attrs(attrs: list[Mapping]) -> dict:
+    """One variable's attributes over several datasets (cells), those every one has: a value they all
+    share as it is, a text that differs as its distinct values joined by " | " (a description naming
+    each cell's threshold), any other value that differs left out."""
+    out = {}
+    for key in [k for k in (attrs[0] if attrs else ()) if all(k in a for a in attrs)]:
+        values = [a[key] for a in attrs]
+        if all(_same(v, values[0]) for v in values):
+            out[key] = values[0]
+        elif all(isinstance(v, str) for v in values):
+            out[key] = " | ".join(dict.fromkeys(values))
+    return out
 
 
 def placement(groups: Mapping[str, xr.Dataset]) -> dict[str, str]:
@@ -67,7 +96,8 @@ def _same(a, b) -> bool:
 
 
 def cell_attrs(group: xr.Dataset) -> list[dict]:
-    """Every cell's attributes, in the group's cell order."""
+    """Every cell's attributes, in the group's cell order (its variables' own, where the group's differ,
+    under ``VARIABLE_ATTRS``)."""
     common = {k: v for k, v in group.attrs.items() if k != CELL_ATTRS}
     return [{**common, **varying} for varying in json.loads(group.attrs.get(CELL_ATTRS, "[]"))]
 
@@ -114,10 +144,12 @@ def split(group: xr.Dataset) -> dict[str, xr.Dataset]:
     out = {}
     for i, (cid, attrs) in enumerate(zip(group[CELL].values.tolist(), cell_attrs(group), strict=True)):
         ds = group.isel({CELL: i}, drop=True)
+        for name, own in attrs.pop(VARIABLE_ATTRS, {}).items():
+            ds[name].attrs = {**ds[name].attrs, **own}
         ds.attrs = attrs
         out[cid] = ds
     return out
 
 
-__all__ = ["CELL", "CELL_ATTRS", "cell_attrs", "cell_values", "group_attrs", "group_cells", "placement",
-           "select", "split"]
+__all__ = ["CELL", "CELL_ATTRS", "VARIABLE_ATTRS", "cell_attrs", "cell_values", "group_attrs", "group_cells",
+           "merged_attrs", "placement", "select", "split"]

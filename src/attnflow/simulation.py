@@ -10,9 +10,11 @@ from .attention import ATTENTIONS
 from .cell import INT64_MAX, MAX_EXPONENT, MIN_RTOL, Cell
 from .engine import IntegrationError, criterion_text, solve
 from .heads import Form, head_matrices
+from .metadata import COORDINATES
 from .observables import variables
 from .resources import oversized
 from .tokens import initial_tokens, unit_rows
+from .units import FLOW_TIME, TIME_UNITS
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
 _SPHERE_TOLERANCE = 1e-8
@@ -76,7 +78,7 @@ def simulate(
     -------
     xarray.Dataset
         Dims ``seed, time, head, token`` (and ``dim``, ``dim_col``); the
-        variables of the recorded groups with ``units`` and ``description`` attrs; per seed
+        variables of the recorded groups; per seed
         ``t_cluster`` (the first time the clustering criterion holds, located
         on the integrator's dense output), ``censored``, ``norm_drift`` and the
         solver's step counts. The attrs hold every cell field and the package
@@ -88,7 +90,9 @@ def simulate(
         ``CERTIFICATE_SCALE_FLOOR``; samples reached by one integration only
         left out; ``t_cluster`` the same way, a censoring that differs counting
         1), with ``certificate_variable`` the variable it comes from and
-        ``certificate_rhs_calls`` its cost in field evaluations.
+        ``certificate_rhs_calls`` its cost in field evaluations. Every variable and
+        coordinate has ``units`` (CF; ``"1"``: every quantity is dimensionless, time
+        included), ``long_name`` and ``description`` attrs (``attnflow.metadata``).
     """
     if not isinstance(cell, Cell):
         raise TypeError(f"simulate expects a Cell, got {type(cell).__name__}")
@@ -134,46 +138,52 @@ def simulate(
     data_vars = {}
     attention = ATTENTIONS.get(cell.attention)
     for var in variables(cell.observables):
-        data_vars[var.name] = (("seed", "time") + var.dims, recorded[var.name],
-                               {"units": var.units, "description": var.describe(attention)})
+        data_vars[var.name] = (("seed", "time") + var.dims, recorded[var.name], var.attrs(attention))
     criterion = criterion_text(cell.cluster_metric, cell.cluster_threshold)
     data_vars["t_cluster"] = ("seed", result.t_cluster, {
-        "units": "time",
-        "description": f"first time {criterion} holds, located by bisection on the integrator's "
-                       "dense output; NaN when censored",
+        "units": TIME_UNITS, "long_name": "clustering time",
+        "description": f"first time {criterion} holds, in {FLOW_TIME}, located by bisection on the "
+                       "integrator's dense output; NaN when censored",
     })
     data_vars["censored"] = ("seed", np.isnan(result.t_cluster), {
-        "units": "1", "description": f"{criterion} never held up to t_max",
+        "units": "1", "long_name": "not clustered by t_max",
+        "description": f"{criterion} never held up to t_max",
     })
     if cell.stop_at_cluster:
         data_vars["t_stop"] = ("seed", result.t_stop, {
-            "units": "time", "description": "where the run stopped (t_cluster, or t_max if censored); "
-                                            "samples after it are NaN (cluster counts -1)"})
+            "units": TIME_UNITS, "long_name": "stopping time",
+            "description": f"where the run stopped (t_cluster, or t_max if censored), in {FLOW_TIME}; "
+                           "samples after it are NaN (cluster counts -1)"})
     data_vars["norm_drift"] = ("seed", result.norm_drift, {
-        "units": "1", "description": "max_t,i | ||x_i|| - 1 | over the samples",
+        "units": "1", "long_name": "norm drift", "description": "max_t,i | ||x_i|| - 1 | over the samples",
     })
-    data_vars["n_steps"] = ("seed", result.n_steps, {"units": "1", "description": "accepted steps"})
-    data_vars["n_rejected"] = ("seed", result.n_rejected, {"units": "1", "description": "rejected steps"})
+    data_vars["n_steps"] = ("seed", result.n_steps, {"units": "1", "long_name": "accepted steps",
+                                                     "description": "steps the integrator accepted"})
+    data_vars["n_rejected"] = ("seed", result.n_rejected, {"units": "1", "long_name": "rejected steps",
+                                                           "description": "steps the integrator rejected"})
     data_vars["lam"] = (("seed", "head"), lambdas, {
-        "units": "1", "description": "head strength lambda_h (operator norm for explicit heads)",
+        "units": "1", "long_name": "head strength",
+        "description": "head strength lambda_h (operator norm for explicit heads)",
     })
     # The score matrices themselves: per seed where they are drawn, once where they are not; the
     # factored form (trained heads) is not copied into every store (the attrs name the weights file
     # and its digest).
     if form == Form.DENSE:
         data_vars["score_matrix"] = (*_per_head(stacked, ("dim", "dim_col")), {
-            "units": "1", "description": "score matrix M_h used"})
+            "units": "1", "long_name": "score matrix", "description": "score matrix M_h used"})
     elif form == Form.DIAGONAL:
         data_vars["score_diagonal"] = (*_per_head(stacked, ("dim",)), {
-            "units": "1", "description": "diagonal of the (diagonal) score matrix M_h used"})
+            "units": "1", "long_name": "score matrix diagonal",
+            "description": "diagonal of the (diagonal) score matrix M_h used"})
     if discarded is not None:
         data_vars["antisymmetric_share"] = ("head", discarded, {
-            "units": "1",
+            "units": "1", "long_name": "discarded antisymmetric share",
             "description": "||antisym(M_h)||_F / ||M_h||_F of the trained W_Q^T W_K, discarded"})
     if values is not None and not cell.weights:
         # By its own leading axis: explicit values are shared even where the heads are drawn per seed.
         data_vars["value_matrix"] = (*_per_head(values, ("dim", "dim_col")),
-                                     {"units": "1", "description": "value matrix V_h used"})
+                                     {"units": "1", "long_name": "value matrix",
+                                      "description": "value matrix V_h used"})
 
     attrs = {f"cell_{k}": v for k, v in cell.to_dict().items()}
     if cell.weights:
@@ -192,12 +202,9 @@ def simulate(
         "solver_max_retraction": float(result.max_retraction.max()),
         **certificate,
     })
-    coords = {
-        "seed": np.array(cell.seeds, dtype=np.int64),
-        "time": ("time", times, {"units": "time"}),
-        "head": np.arange(H),
-        "token": np.arange(n),
-    }
+    coords = {name: (name, values, COORDINATES[name].attrs()) for name, values in (
+        ("seed", np.array(cell.seeds, dtype=np.int64)), ("time", times), ("head", np.arange(H)),
+        ("token", np.arange(n)))}
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 

@@ -15,7 +15,7 @@ import os
 import socket
 from pathlib import Path
 
-from . import __version__
+from . import __version__, jobparams
 from .config import load as load_config
 from .config import validate
 from .errors import ConfigError
@@ -377,9 +377,23 @@ def repair_tickets(results: str | Path, batch: str) -> list[str]:
 
 
 def batch_params(sweep: Sweep, batch: str) -> str:
-    """The cells of one batch job, as JSON (Snakemake params must be hashable text): each cell's
-    cached canonical JSON, the text ``json.dumps([cell.to_dict() ...], sort_keys=True)`` gives."""
-    return "[" + ", ".join(cell.canonical_json() for cell in sweep.batches[batch]) + "]"
+    """The simulate job's parameter: the digest naming the file of its cells as JSON (each cell's cached
+    canonical JSON, the text ``json.dumps([cell.to_dict() ...], sort_keys=True)`` gives; see
+    ``attnflow.jobparams``): it changes when, and only when, the batch's cells do."""
+    text = "[" + ", ".join(cell.canonical_json() for cell in sweep.batches[batch]) + "]"
+    return jobparams.put(sweep.layout, text)
+
+
+def spec_params(sweep: Sweep, name: str) -> str:
+    """An aggregate job's parameter: the digest naming the file of its experiment's spec, as
+    ``batch_params``."""
+    return jobparams.put(sweep.layout, sweep.specs[name].to_json())
+
+
+def entries_params(sweep: Sweep, name: str) -> str:
+    """An aggregate job's parameter: the digest naming the file of its experiment's grid points
+    (``Sweep.entries``: grid coordinates, store path, cell id), as ``batch_params``."""
+    return jobparams.put(sweep.layout, json.dumps(sweep.entries(name)))
 
 
 def provenance(config: dict) -> dict:
@@ -389,16 +403,17 @@ def provenance(config: dict) -> dict:
     return {"config_sha256": config_digest(config), "attnflow_version": __version__}
 
 
-def simulate_job(cells_json: str, batch: str, config: dict, output: str, log=print):
-    """Simulate the cells of a batch its store does not hold, then write its manifest: the cells its
-    store holds, the store's size and time (what the start-up check compares), and the cells that
-    failed (errors by cell id). The job succeeds with failed cells: they are missing from the figures,
-    listed in their captions, retried by the next run."""
+def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=print):
+    """Simulate the cells of a batch (``cells_params``: the digest ``batch_params`` gave) its store does not
+    hold, then write its manifest: the cells its store holds, the store's size and time (what the
+    start-up check compares), and the cells that failed (errors by cell id). The job succeeds with
+    failed cells: they are missing from the figures, listed in their captions, retried by the next run."""
     from .cell import Cell
     from .sweep import run_batch
 
-    cells = [Cell(**fields) for fields in json.loads(cells_json)]
-    result = run_batch(cells, batch, Layout(results_of(config)), log=log,
+    layout = Layout(results_of(config))
+    cells = [Cell(**fields) for fields in json.loads(jobparams.get(layout, cells_params))]
+    result = run_batch(cells, batch, layout, log=log,
                        provenance={"batch": batch, **provenance(config)})
     stat = result.path.stat() if result.cells else None
     Path(output).write_text(json.dumps({
@@ -436,21 +451,24 @@ def failure_report(sweep: Sweep) -> str | None:
             f"`snakemake` retries them once; first: {first if len(first) < 300 else first[:300] + '...'}")
 
 
-def aggregate_job(name: str, spec_json: str, entries_json: str, output: str, scheduler: str,
+def aggregate_job(name: str, spec_params: str, entries_params: str, output: str, scheduler: str,
                   config: dict, modules=(), retire=(), manifests=()):
-    """Summarise one experiment from the stores its rule names (never re-derived from the config);
-    the errors of its failed cells come from the batches' ``manifests``."""
+    """Summarise one experiment from the stores its rule names (never re-derived from the config;
+    the digests ``spec_params`` and ``entries_params`` gave); the errors of its
+    failed cells come from the batches' ``manifests``."""
     from .aggregate import aggregate
     from .experiments import registry
 
     experiment = registry(modules).get(name)
-    entries = [tuple(entry) for entry in json.loads(entries_json)]
+    layout = Layout(results_of(config))
+    entries = [tuple(entry) for entry in json.loads(jobparams.get(layout, entries_params))]
     failures = {}
     for path in manifests:
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
             failures.update(json.loads(Path(path).read_text()).get("failed") or {})
-    return aggregate(experiment, Spec.from_json(name, spec_json), entries, output, scheduler=scheduler,
-                     provenance=provenance(config), retire=retire, failures=failures)
+    spec = Spec.from_json(name, jobparams.get(layout, spec_params))
+    return aggregate(experiment, spec, entries, output, scheduler=scheduler, provenance=provenance(config),
+                     retire=retire, failures=failures)
 
 
 def plot_job(summary_path: str, outputs, modules=()):
@@ -464,8 +482,9 @@ def plot_job(summary_path: str, outputs, modules=()):
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
            "store_health",
-           "batch_params", "cell_states", "failed_cells", "failure_report", "figure_caption", "issue_repairs",
+           "batch_params", "cell_states", "entries_params", "failed_cells", "failure_report",
+           "figure_caption", "issue_repairs",
            "issue_summary_tickets", "lock_for_child", "lock_results",
            "outdated_summaries",
            "plot_job", "provenance", "read_manifest", "release_results", "repair_tickets", "results_holder",
-           "simulate_job", "summary_tickets", "sweep_from_workflow", "unhealthy"]
+           "simulate_job", "spec_params", "summary_tickets", "sweep_from_workflow", "unhealthy"]

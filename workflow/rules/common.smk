@@ -6,12 +6,14 @@ from attnflow.workflow import (
     ConfigError,
     ResultsBusy,
     batch_params,
+    entries_params,
     failure_report,
     figure_caption,
     issue_repairs,
     issue_summary_tickets,
     lock_results,
     results_holder,
+    spec_params,
     repair_tickets,
     summary_tickets,
     sweep_from_workflow,
@@ -104,6 +106,7 @@ def experiment_tickets(wildcards):
 
 
 def batch_cells(wildcards):
+    """The digest of the batch's cells, which the job reads from the file it names (attnflow.jobparams)."""
     return batch_params(SWEEP, wildcards.batch)
 
 
@@ -112,12 +115,12 @@ def experiment_manifests(wildcards):
 
 
 def experiment_entries(wildcards):
-    """(grid coordinates, store path) of every grid point: what the aggregation reads."""
-    return json.dumps(SWEEP.entries(wildcards.experiment))
+    """The digest of (grid coordinates, store path, cell id) of every grid point: what the aggregation reads."""
+    return entries_params(SWEEP, wildcards.experiment)
 
 
 def experiment_spec(wildcards):
-    return SWEEP.specs[wildcards.experiment].to_json()
+    return spec_params(SWEEP, wildcards.experiment)
 
 
 def experiment_caption(wildcards):

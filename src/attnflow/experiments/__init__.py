@@ -167,6 +167,11 @@ class Experiment:
     # the summary. Summaries record it; the workflow rebuilds (with its figure) one built
     # under another.
     reduction_version: ClassVar[int] = 1
+    # Units, long name and description of summary variables attnflow.metadata.SUMMARIES does not
+    # declare for this experiment: name -> (units, long_name, description), units "1" when
+    # dimensionless (docs/model.md, "Units and metadata"). A summary variable declared nowhere stops
+    # the aggregation, named.
+    metadata: ClassVar[dict[str, tuple[str, str, str]]] = {}
 
     # --- configuration -------------------------------------------------------------------------
     def spec(self, block: dict | None, defaults: dict | None = None) -> Spec:

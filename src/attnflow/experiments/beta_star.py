@@ -113,7 +113,8 @@ class BetaStar(Experiment):
     refine_axis = "beta"
     # 2: its per-run booleans (mono_t0, mono_path, rd_t0) are summarised as 0/1 floats, so a grid
     # point without a cell is NaN; it read True (monotone) off a grid of extra points.
-    reduction_version = 2
+    # 3: no stray scalar coordinate time = 0 (left by isel(time=0)); units and descriptions on every variable.
+    reduction_version = 3
 
     def refine_field(self, summary):
         return summary.frac_mono_path, 0.5

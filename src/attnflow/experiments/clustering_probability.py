@@ -98,7 +98,7 @@ class ClusteringProbability(Experiment):
         trials = times.notnull().sum("seed")
         grid = xr.DataArray(t, dims="time", coords={"time": t})
         clustered = (times.expand_dims(time=t) <= grid).sum("seed")
-        out = out.assign_coords(time=("time", t, {"units": "time"}))
+        out = out.assign_coords(time=("time", t))
         out["probability"] = clustered / trials
         low, high = wilson_interval(clustered, trials)
         out["probability_low"] = (clustered.dims, np.asarray(low))

@@ -117,6 +117,9 @@ class ClusteringTime(Experiment):
            for key, value in (("heads", "scalar"), ("lambda_dist", "equal"))},
     }
 
+    # 2: no stray scalar coordinate time (left by isel(time=-1)); units and descriptions on every variable.
+    reduction_version = 2
+
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         return xr.Dataset({
             "t_cluster": ds.t_cluster.where(~ds.censored, np.inf),

@@ -85,7 +85,8 @@ class Crossover(Experiment):
 
     # 2: ``ran`` (both types' runs there) in the summary; equiangular_censored counts only those cells
     # that did not both reach the level (a failed or missing cell was counted too).
-    reduction_version = 2
+    # 3: no stray scalar coordinate time (left by isel(time=-1)); units and descriptions on every variable.
+    reduction_version = 3
 
     def derive(self, summary: xr.Dataset, spec) -> xr.Dataset:
         out = summary

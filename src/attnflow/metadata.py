@@ -1,0 +1,349 @@
+"""Units, names and descriptions of the variables and coordinates attnflow writes, in CF style.
+
+Every variable and coordinate of a store or summary carries ``units``,
+``long_name`` and ``description``. Units follow the CF conventions: ``"1"`` for
+a dimensionless quantity, which is every quantity of the model (docs/model.md,
+"Units and metadata"), time included: the flow ``dx_i/dt = P_{x_i}(v_i)`` fixes no
+time scale, so its time is a pure number, named ``FLOW_TIME`` wherever a
+variable is a time or a rate (``attnflow.units``). A count, a fraction, a 0/1 flag and a label are
+``"1"`` too.
+
+Stores get their variables' attributes from ``attnflow.observables`` and
+``attnflow.simulation``, their coordinates' from here (``COORDINATES``, and the
+``Cell`` field docs for grid axes). Summaries get theirs here, after the
+reduction (``describe_summary``): ``SUMMARIES`` by experiment, then an
+experiment's own ``metadata``; a summary variable found in neither is an error
+naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from .units import CONVENTIONS, FLOW_TIME, TIME_UNITS
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+
+@dataclasses.dataclass(frozen=True)
+class Meta:
+    units: str
+    long_name: str
+    description: str
+
+    def attrs(self) -> dict[str, str]:
+        return {"units": self.units, "long_name": self.long_name, "description": self.description}
+
+
+def _meta(value) -> Meta:
+    """A ``Meta``, or the ``(units, long_name, description)`` an experiment may declare instead."""
+    return value if isinstance(value, Meta) else Meta(*value)
+
+
+class MissingMetadata(KeyError):
+    """A summary variable or coordinate with no declared units, long name and description."""
+
+    def __str__(self):
+        return str(self.args[0])
+
+
+# Coordinates of stores and summaries that are not Cell fields. Cell fields (the grid axes) take their
+# description from the field's own doc and their long name from CELL_LONG_NAMES.
+COORDINATES: dict[str, Meta] = {
+    "seed": Meta("1", "seed", "seed of a run's random draws (initial tokens, drawn heads): the runs of one "
+                              "cell differ in it alone"),
+    "time": Meta(TIME_UNITS, FLOW_TIME, f"sample time t of the flow dx_i/dt = P_x_i(v_i), in {FLOW_TIME} "
+                                        "(the equation fixes no time scale)"),
+    "head": Meta("1", "head index", "attention head h = 0..H-1"),
+    "token": Meta("1", "token index", "token i = 0..n-1"),
+    "cell": Meta("1", "cell id", "the grid cell: a hash of its parameters (attnflow.sweep.cell_id)"),
+    "beta_fine": Meta("1", "inverse temperature (closed-form map)",
+                      "inverse temperature beta on the fine grid the closed-form map is drawn on"),
+    "level_fine": Meta("1", "clustering level (closed-form map)",
+                       "level of the mean pairwise cosine gamma_mean on the fine grid the closed-form map is "
+                       "drawn on"),
+}
+
+# Long names of Cell fields (the description is the field's doc); a field not listed here is
+# named by its doc up to the first parenthesis.
+CELL_LONG_NAMES = {
+    "H": "number of heads", "n": "number of tokens", "d": "dimension of the token space",
+    "beta": "inverse temperature", "attention": "attention type", "mask": "attention mask",
+    "heads": "head structure", "delta": "perturbation norm", "layer": "layer of the trained transformer",
+    "lambda_dist": "distribution of the head strengths", "lambda_bar": "mean head strength",
+    "spread": "spread of the head strengths", "init": "initial tokens", "geometry": "geometry of the flow",
+    "gamma0": "initial pairwise cosine", "cluster_threshold": "threshold of the clustering criterion",
+    "cluster_metric": "clustering criterion", "cluster_eps": "cluster merging tolerance",
+    "t_max": "integration horizon",
+}
+
+_T = FLOW_TIME
+_CENSORED_INF = "+inf where the run had not clustered by t_max (censored), NaN where no run"
+# Summary variables, by experiment: one name may mean a different thing in two experiments.
+SUMMARIES: dict[str, dict[str, Meta]] = {
+    "energy": {
+        "energy_total": Meta("1", "total energy",
+                             "sum over heads of the per-head energy E_h, mean over seeds"),
+        "energy_head": Meta("1", "per-head energy", "per-head energy E_h, mean over seeds"),
+        "energy_rate_min": Meta("1", "smallest per-head energy rate",
+                                f"dE_h/dt per unit {_T}, smallest over seeds"),
+        "thm11_residual": Meta("1", "Thm 11 residual",
+                               "max over seeds and samples of |sum_h dE_h/dt - kinetic| / max kinetic "
+                               "(0: the total energy rate is the kinetic term, Thm 11)"),
+        "frac_head_falling": Meta("1", "fraction of samples with a falling head",
+                                  "fraction of (seed, sample) pairs at which some head's energy rate is "
+                                  "negative beyond round-off"),
+    },
+    "beta_star": {
+        "mono_t0": Meta("1", "every head monotone at t = 0",
+                        "per seed: 1 where every head's energy rate is >= 0 (to round-off) at t = 0, else 0"),
+        "mono_path": Meta("1", "every head monotone up to clustering",
+                          "per seed: 1 where every head's energy rate is >= 0 (to round-off) at every sample "
+                          "up to t_cluster (the whole run when censored), else 0"),
+        "rd_t0": Meta("1", "start inside Radial Dominance",
+                      "per seed: 1 where Radial Dominance (rd_margin >= 0 for every head and token) holds "
+                      "at t = 0, else 0"),
+        "time_rd": Meta("1", "share of the run inside Radial Dominance",
+                        "per seed: fraction of the samples up to t_cluster at which Radial Dominance holds"),
+        **{f"beta_{p}": Meta("1", f"threshold in beta of {what}, per seed",
+                             f"per seed: geometric midpoint of the grid bracket in beta where {what} first "
+                             "fails; NaN where it fails at the smallest beta or never on the grid")
+           for p, what in (("mono", "per-head monotonicity"), ("rd", "Radial Dominance at t = 0"))},
+        **{f"beta_{p}_mean": Meta("1", f"threshold in beta of {what}", f"mean over seeds of beta_{p}")
+           for p, what in (("mono", "per-head monotonicity"), ("rd", "Radial Dominance at t = 0"))},
+        **{f"beta_{p}_ci": Meta("1", f"95% half-width of beta_{p}_mean",
+                                f"half-width of the 95% Student-t interval of the mean of beta_{p}")
+           for p in ("mono", "rd")},
+        **{f"beta_{p}_below_grid": Meta("1", "fraction of seeds below the grid",
+                                        f"fraction of seeds failing at the smallest beta (beta_{p} below it)")
+           for p in ("mono", "rd")},
+        **{f"beta_{p}_above_grid": Meta("1", "fraction of seeds above the grid",
+                                        f"fraction of seeds never failing on the grid (beta_{p} above it)")
+           for p in ("mono", "rd")},
+        "frac_mono_t0": Meta("1", "fraction of seeds monotone at t = 0", "mean over seeds of mono_t0"),
+        "frac_mono_path": Meta("1", "fraction of seeds monotone up to clustering",
+                               "mean over seeds of mono_path"),
+        "frac_time_rd": Meta("1", "mean share of the run inside Radial Dominance",
+                             "mean over seeds of time_rd"),
+        "frac_runs_rd": Meta("1", "fraction of runs always inside Radial Dominance",
+                             "fraction of seeds inside Radial Dominance at every sample up to t_cluster"),
+        "beta_star_closed": Meta("1", "closed-form threshold beta*(H, n)",
+                                 "Thm 19's sufficient threshold beta*(H, n) at mean head strength alpha"),
+        "beta_orthogonal": Meta("1", "threshold at orthogonal tokens, by bisection",
+                                "largest beta at which the sufficient Radial-Dominance margin holds at "
+                                "orthogonal tokens, by bisection on the engine's margin (checks "
+                                "beta_star_closed)"),
+    },
+    "superadditivity": {
+        "t_cluster": Meta(TIME_UNITS, "clustering time", f"per seed, in {_T}; {_CENSORED_INF}"),
+        "ratio_seed": Meta("1", "equal over linear clustering time, per seed",
+                           "per seed: t_cluster with equal strengths / t_cluster with linear strengths (the "
+                           "same tokens)"),
+        "ratio": Meta("1", "equal over linear clustering time", "median over seeds of ratio_seed"),
+        "censored_equal": Meta("1", "fraction censored, equal strengths",
+                               "fraction of seeds with equal strengths not clustered by t_max"),
+        "censored_linear": Meta("1", "fraction censored, linear strengths",
+                                "fraction of seeds with linear strengths not clustered by t_max"),
+        "lambda_c": Meta("1", "critical mean head strength", "closed form lambda_c(beta, n) (Thm 22)"),
+        "early_sign": Meta("1", "sign of the early-time gain",
+                           "closed form: sign of the early-time advantage of unequal strengths (Thm 22)"),
+        "ratio_closed": Meta("1", "equal over linear clustering time, closed form",
+                             "the equiangular ODE's time to the criterion's level, equal / linear strengths"),
+    },
+    "clustering_time": {
+        "t_cluster": Meta(TIME_UNITS, "clustering time", f"per seed, in {_T}; {_CENSORED_INF}"),
+        "clusters_end": Meta("1", "clusters at t_max", "per seed: cluster_count at the last sample"),
+        "t_closed": Meta(TIME_UNITS, "clustering time, closed form",
+                         f"the equiangular ODE's time from gamma0 = 1/sqrt(d) to the level, in {_T}"),
+        "t_bound": Meta(TIME_UNITS, "clustering time bound from the initial drive",
+                        f"the bound from the initial drive (Thm 25), in {_T}"),
+        "regime": Meta("1", "inside the theorem's regime", "1 where (n, d) lies in Thm 25's regime, else 0"),
+        "t_equiangular": Meta(TIME_UNITS, "clustering time from equiangular tokens",
+                              f"median over seeds from equiangular_typical tokens, in {_T}"),
+        "rel_error": Meta("1", "relative error against the closed form", "t_equiangular / t_closed - 1"),
+        "exponent_n": Meta("1", "exponent of n, in the regime", "least-squares slope of log T against log n "
+                                                                "over the n inside the regime"),
+        "exponent_n_all": Meta("1", "exponent of n", "least-squares slope of log T against log n, every n"),
+        "log_d_slope": Meta(TIME_UNITS, "slope of T against log d",
+                            f"least-squares slope dT / d(log d) at fixed n, in {_T}"),
+        "log_d_slope_relu_bound": Meta(TIME_UNITS, "relu bound on the slope of T against log d",
+                                       f"n / (4 beta sum_h lambda_h^2), in {_T}"),
+        "censored_uniform": Meta("1", "fraction censored, uniform tokens",
+                                 "fraction of seeds from uniform tokens not clustered by t_max"),
+        "clusters_uniform": Meta("1", "clusters at t_max, uniform tokens",
+                                 "median over seeds of clusters_end"),
+        "clusters_uniform_q1": Meta("1", "clusters at t_max, lower quartile",
+                                    "first quartile over seeds of clusters_end (uniform tokens)"),
+        "clusters_uniform_q3": Meta("1", "clusters at t_max, upper quartile",
+                                    "third quartile over seeds of clusters_end (uniform tokens)"),
+    },
+    "clustering_probability": {
+        "t_cluster": Meta(TIME_UNITS, "clustering time", f"per seed, in {_T}; {_CENSORED_INF}"),
+        "probability": Meta("1", "fraction of runs clustered", "fraction of seeds with t_cluster <= time"),
+        "probability_low": Meta("1", "fraction clustered, 95% lower bound",
+                                "Wilson score interval, lower end"),
+        "probability_high": Meta("1", "fraction clustered, 95% upper bound",
+                                 "Wilson score interval, upper end"),
+        "t_median": Meta(TIME_UNITS, "median clustering time", f"median over seeds of t_cluster, in {_T}"),
+        "t_closed": Meta(TIME_UNITS, "clustering time, closed form",
+                         f"the equiangular ODE's time from gamma0 = 1/sqrt(d) to the level, in {_T}"),
+    },
+    "crossover": {
+        "t_cluster": Meta(TIME_UNITS, "clustering time", f"per seed, in {_T}; {_CENSORED_INF}"),
+        "frozen": Meta("1", "frozen into several clusters",
+                       "per seed: 1 where the run never reached the level and ended with 2 or more clusters"),
+        "clusters_end": Meta("1", "clusters at t_max", "per seed: cluster_count at t_max of a censored run"),
+        "ratio_closed": Meta("1", "relu over softmax clustering time, closed form",
+                             "T_relu / T_softmax of the equiangular ODE"),
+        "ratio": Meta("1", "relu over softmax clustering time",
+                      "median T_relu / median T_softmax over seeds"),
+        "ran": Meta("1", "both attention types ran", "1 where both types' runs are there, else 0"),
+        "rel_error": Meta("1", "relative error against the closed form",
+                          "ratio (equiangular) / ratio_closed - 1"),
+        "frozen_fraction": Meta("1", "fraction of relu runs frozen", "mean over seeds of frozen, relu"),
+        "ratio_closed_fine": Meta("1", "relu over softmax clustering time, closed form (fine grid)",
+                                  "T_relu / T_softmax of the equiangular ODE on the fine grid"),
+        "beta_cross": Meta("1", "crossover inverse temperature",
+                           "beta above which relu clusters faster than softmax (closed form)"),
+    },
+    "metastability": {
+        "cluster_count": Meta("1", "number of clusters", "per seed and sample: cluster_count"),
+        "plateau": Meta(TIME_UNITS, "longest plateau", f"per seed: length of the longest stretch at one "
+                                                       f"cluster count >= 2, in {_T}"),
+        "plateau_censored": Meta("1", "plateau still on at t_max",
+                                 "per seed: 1 where the longest plateau lasts to t_max (a lower bound)"),
+        "plateau_count": Meta("1", "clusters on the longest plateau",
+                              "per seed: the plateau's cluster count"),
+        "count_median": Meta("1", "number of clusters, median", "median over seeds of cluster_count"),
+        "count_q1": Meta("1", "number of clusters, lower quartile", "first quartile over seeds"),
+        "count_q3": Meta("1", "number of clusters, upper quartile", "third quartile over seeds"),
+        "plateau_median": Meta(TIME_UNITS, "longest plateau, median", f"median over seeds, in {_T}"),
+        "censored_fraction": Meta("1", "fraction of plateaus censored",
+                                  "mean over seeds of plateau_censored"),
+        "fitted": Meta("1", "in the fit", "1 where most runs are uncensored (the fits use these betas)"),
+        "fit_rate": Meta("1", "exponential growth rate", "slope of log L against beta"),
+        "fit_rate_half": Meta("1", "exponential growth rate, 95% half-width", "t-interval of fit_rate"),
+        "fit_rate_intercept": Meta("1", "exponential fit intercept", "intercept of log L against beta"),
+        "fit_power": Meta("1", "power-law exponent", "slope of log L against log beta"),
+        "fit_power_half": Meta("1", "power-law exponent, 95% half-width", "t-interval of fit_power"),
+        "fit_power_intercept": Meta("1", "power-law fit intercept", "intercept of log L against log beta"),
+        "fit_verdict": Meta("1", "favoured growth law", "which of the two fits the data favour, in words"),
+    },
+    "entropy": {
+        "entropy": Meta("1", "attention entropy (nats)", "mean over seeds, heads and tokens of the attention "
+                                                         "entropy, natural logarithm"),
+        "log_n": Meta("1", "log n (nats)", "the largest entropy, log n: the entropy's limit (Thm 27)"),
+        "thm27_residual": Meta("1", "Thm 27 residual",
+                               "largest gap between the entropy change and the integral of its exact rate, "
+                               "relative (0: Thm 27's rate holds)"),
+        "min_entropy_step": Meta("1", "smallest entropy step (nats)",
+                                 "smallest change of the entropy between samples (>= 0: non-decreasing)"),
+    },
+    "orthogonality": {
+        "frac_samples_monotone": Meta("1", "fraction of samples monotone",
+                                      "fraction of (seed, sample) pairs up to t_cluster with every head's "
+                                      "energy rate >= 0"),
+        "frac_runs_monotone": Meta("1", "fraction of runs monotone",
+                                   "fraction of seeds with every head monotone up to t_cluster"),
+        "frac_runs_condition": Meta("1", "fraction of runs meeting the sufficient condition",
+                                    "fraction of seeds whose critical overlap is at least omega (Thm 39)"),
+        "min_relative_rate": Meta("1", "smallest relative energy rate",
+                                  "smallest dE_h/dt over samples and heads / its largest |value|, seeds"),
+        "cross_norm": Meta("1", "head overlap omega",
+                           "max over head pairs of ||M_h' M_h||_op, largest over seeds (Thm 39's delta)"),
+    },
+    "trained_heads": {
+        "mono_path": Meta("1", "every head monotone up to clustering",
+                          "per seed: 1 where every head's energy rate is >= 0 up to t_cluster, else 0"),
+        "time_rd": Meta("1", "share of the run inside Radial Dominance",
+                        "per seed: fraction of the samples up to t_cluster at which Radial Dominance holds"),
+        "strength": Meta("1", "head strength", "head strength lambda_h (operator norm of M_h)"),
+        "frac_mono_path": Meta("1", "fraction of seeds monotone up to clustering",
+                               "mean over seeds of mono_path"),
+        "frac_time_rd": Meta("1", "mean share of the run inside Radial Dominance",
+                             "mean over seeds of time_rd"),
+        "beta_mono_mean": Meta("1", "threshold in beta of per-head monotonicity",
+                               "mean over seeds of the geometric midpoint of each seed's grid bracket"),
+        "beta_mono_below_grid": Meta("1", "fraction of seeds below the grid",
+                                     "fraction of seeds failing at the smallest beta"),
+        "beta_mono_above_grid": Meta("1", "fraction of seeds above the grid",
+                                     "fraction of seeds never failing on the grid"),
+        "principal_angle": Meta("degree", "principal angle between heads",
+                                "principal angles between the heads' score subspaces"),
+        "cross_norm": Meta("1", "head overlap", "||M_h' M_h||_op for each pair of heads of the layer"),
+    },
+    "variants": {
+        "frac_total_monotone": Meta("1", "fraction of runs with total energy monotone",
+                                    "fraction of seeds whose total energy rate is >= 0 at every sample"),
+        "energy_residual": Meta("1", "energy identity residual",
+                                "max over seeds and samples of |sum_h dE_h/dt - kinetic| / max kinetic"),
+        "frac_heads_monotone": Meta("1", "fraction of runs with every head monotone",
+                                    "fraction of seeds with every head's energy rate >= 0 at every sample"),
+        "t_cluster_median": Meta(TIME_UNITS, "median clustering time",
+                                 f"median over seeds, in {_T}; +inf where most runs are censored"),
+        "frac_censored": Meta("1", "fraction of runs censored", "fraction of seeds not clustered by t_max"),
+        "distance_from_token0": Meta("1", "distance from token 0's start",
+                                     "median over seeds of the largest distance at t_max from token 0's "
+                                     "initial position"),
+    },
+}
+
+
+def coordinate(name: str) -> Meta | None:
+    """A coordinate's metadata: ``COORDINATES``, or a Cell field's (its doc); None for another name."""
+    if name in COORDINATES:
+        return COORDINATES[name]
+    from .cell import Cell
+
+    field = {f.name: f for f in dataclasses.fields(Cell)}.get(name)
+    if field is None:
+        return None
+    doc = field.metadata["doc"]
+    units = TIME_UNITS if name == "t_max" else "1"
+    return Meta(units, CELL_LONG_NAMES.get(name, doc.split(" (")[0]), doc)
+
+
+def with_coordinates(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with every coordinate this module knows described (others left as they are)."""
+    for name in ds.coords:
+        meta = coordinate(str(name))
+        if meta is not None:
+            ds[name].attrs = {**ds[name].attrs, **meta.attrs()}
+    return ds
+
+
+def undescribed(ds: xr.Dataset) -> list[str]:
+    """The variables and coordinates of ``ds`` that lack one of units, long_name and description."""
+    return [str(name) for name, var in ds.variables.items()
+            if not all(key in var.attrs for key in ("units", "long_name", "description"))]
+
+
+def describe_summary(summary: xr.Dataset, experiment: str, extras: Mapping | None = None) -> xr.Dataset:
+    """The summary with every variable and coordinate described: ``SUMMARIES[experiment]``, then
+    ``extras`` (the experiment's own ``metadata``: name -> ``Meta`` or ``(units, long_name,
+    description)``) over it, then coordinates. Raises ``MissingMetadata`` naming whatever is left."""
+    declared = {**SUMMARIES.get(experiment, {}), **{k: _meta(v) for k, v in (extras or {}).items()}}
+    for name in summary.variables:
+        meta = declared.get(str(name)) or coordinate(str(name))
+        if meta is not None:
+            summary[name].attrs = meta.attrs()  # replaces what a reduction carried over from the stores
+    missing = undescribed(summary)
+    if missing:
+        raise MissingMetadata(f"{experiment}: summary variables without units, long_name and description: "
+                              f"{', '.join(missing)}; declare them in the experiment's `metadata` "
+                              "(name -> (units, long_name, description)) or in attnflow.metadata.SUMMARIES")
+    return summary
+
+
+def summary_attrs(experiment: str, history: str) -> dict[str, str]:
+    """The global attributes a summary carries besides its provenance: title, Conventions, history."""
+    return {"title": f"attnflow summary of experiment {experiment}", "Conventions": CONVENTIONS,
+            "history": history}
+
+
+__all__ = ["CELL_LONG_NAMES", "CONVENTIONS", "COORDINATES", "FLOW_TIME", "SUMMARIES", "TIME_UNITS", "Meta",
+           "MissingMetadata", "coordinate", "describe_summary", "summary_attrs", "undescribed",
+           "with_coordinates"]
