@@ -189,7 +189,12 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
                                  "Wilson score interval, upper end"),
         "t_median": Meta(TIME_UNITS, "median clustering time", f"median over seeds of t_cluster, in {_T}"),
         "t_closed": Meta(TIME_UNITS, "clustering time, closed form",
-                         f"the equiangular ODE's time from gamma0 = 1/sqrt(d) to the level, in {_T}"),
+                         f"the equiangular ODE's time from gamma0, the starts' mean cosine, to the level, "
+                         f"in {_T}"),
+        "gamma_start": Meta("1", "mean cosine of the start",
+                            "per seed: the mean pairwise cosine of the initial tokens"),
+        "median_over_closed": Meta("1", "median over closed-form clustering time",
+                                   "t_median / t_closed (near 1: the closed form holds)"),
     },
     "crossover": {
         "t_cluster": Meta(TIME_UNITS, "clustering time", f"per seed, in {_T}; {_CENSORED_INF}"),
@@ -211,8 +216,9 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
     },
     "metastability": {
         "cluster_count": Meta("1", "number of clusters", "per seed and sample: cluster_count"),
-        "plateau": Meta(TIME_UNITS, "longest plateau", f"per seed: length of the longest stretch at one "
-                                                       f"cluster count >= 2, in {_T}"),
+        "plateau": Meta(TIME_UNITS, "longest plateau",
+                        f"per seed: length of the longest plateau (a count of 2 to n/2 clusters entered by a "
+                        f"merge and held at least as long as the time it began at), in {_T}"),
         "plateau_censored": Meta("1", "plateau still on at t_max",
                                  "per seed: 1 where the longest plateau lasts to t_max (a lower bound)"),
         "plateau_count": Meta("1", "clusters on the longest plateau",
@@ -223,12 +229,18 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
         "plateau_median": Meta(TIME_UNITS, "longest plateau, median", f"median over seeds, in {_T}"),
         "censored_fraction": Meta("1", "fraction of plateaus censored",
                                   "mean over seeds of plateau_censored"),
-        "fitted": Meta("1", "in the fit", "1 where most runs are uncensored (the fits use these betas)"),
-        "fit_rate": Meta("1", "exponential growth rate", "slope of log L against beta"),
-        "fit_rate_half": Meta("1", "exponential growth rate, 95% half-width", "t-interval of fit_rate"),
+        "fitted": Meta("1", "in the fit",
+                       "1 where some run has a plateau at this beta (the fits use these betas)"),
+        "fit_rate": Meta("1", "exponential growth rate",
+                         "slope of log L against beta, censored-data (Tobit) maximum likelihood, censored "
+                         "plateaus as lower bounds"),
+        "fit_rate_half": Meta("1", "exponential growth rate, 95% half-width",
+                              "Student-t interval of fit_rate from the likelihood's curvature"),
         "fit_rate_intercept": Meta("1", "exponential fit intercept", "intercept of log L against beta"),
-        "fit_power": Meta("1", "power-law exponent", "slope of log L against log beta"),
-        "fit_power_half": Meta("1", "power-law exponent, 95% half-width", "t-interval of fit_power"),
+        "fit_power": Meta("1", "power-law exponent",
+                          "slope of log L against log beta, censored-data (Tobit) maximum likelihood"),
+        "fit_power_half": Meta("1", "power-law exponent, 95% half-width",
+                               "Student-t interval of fit_power from the likelihood's curvature"),
         "fit_power_intercept": Meta("1", "power-law fit intercept", "intercept of log L against log beta"),
         "fit_verdict": Meta("1", "favoured growth law", "which of the two fits the data favour, in words"),
     },
@@ -243,17 +255,40 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
                                  "smallest change of the entropy between samples (>= 0: non-decreasing)"),
     },
     "orthogonality": {
-        "frac_samples_monotone": Meta("1", "fraction of samples monotone",
-                                      "fraction of (seed, sample) pairs up to t_cluster with every head's "
-                                      "energy rate >= 0"),
-        "frac_runs_monotone": Meta("1", "fraction of runs monotone",
-                                   "fraction of seeds with every head monotone up to t_cluster"),
-        "frac_runs_condition": Meta("1", "fraction of runs meeting the sufficient condition",
-                                    "fraction of seeds whose critical overlap is at least omega (Thm 39)"),
-        "min_relative_rate": Meta("1", "smallest relative energy rate",
-                                  "smallest dE_h/dt over samples and heads / its largest |value|, seeds"),
-        "cross_norm": Meta("1", "head overlap omega",
-                           "max over head pairs of ||M_h' M_h||_op, largest over seeds (Thm 39's delta)"),
+        "base_monotone": Meta("1", "orthogonal heads monotone",
+                              "per configuration (cell, seed, sample up to T_eps, geometry): 1 where every "
+                              "orthogonal head's energy rate is >= 0 there, else 0; NaN outside the window"),
+        "monotone": Meta("1", "monotone with the overlap",
+                         "per configuration where the orthogonal heads are monotone: 1 where the perturbed "
+                         "heads are too, else 0; NaN elsewhere"),
+        "certified": Meta("1", "certified by the sufficient condition",
+                          "per configuration where the orthogonal heads are monotone: 1 where Thm 39's "
+                          "sufficient condition, with the actual |u|, holds at the run's overlap omega"),
+        "predicted_omega": Meta("1", "predicted critical overlap",
+                                "the margin's prediction min_h margin_h / sum_i |u^h_i| sum_h' |u^h'_i| at "
+                                "the orthogonal heads, per configuration"),
+        "critical_omega": Meta("1", "critical overlap",
+                               "the overlap omega at which the first head stops being monotone along the "
+                               "run's own perturbation direction (inf: none up to the search's end); at a "
+                               "subsample of the configurations"),
+        "omega": Meta("1", "head overlap omega", "per run: max over head pairs of ||M_h' M_h||_op"),
+        "map_survival": Meta("1", "share staying monotone",
+                             "share of configurations (pooled over delta, seeds, samples) where the "
+                             "orthogonal heads are monotone that stay so with the overlap, per omega bin"),
+        "map_certified": Meta("1", "share certified",
+                              "share of those configurations the sufficient condition certifies, per "
+                              "omega bin"),
+        "map_configurations": Meta("1", "configurations per bin",
+                                   "number of configurations in the omega bin"),
+        "omega_edges": Meta("1", "omega bin edges", "edges of the omega bins of the map"),
+        "ratio_survival": Meta("1", "share staying monotone against omega over its prediction",
+                               "share of configurations staying monotone, per bin of omega / "
+                               "predicted_omega"),
+        "ratio_configurations": Meta("1", "configurations per ratio bin",
+                                     "number of configurations in the bin of omega / predicted_omega"),
+        "ratio_edges": Meta("1", "ratio bin edges", "edges of the bins of omega / predicted_omega"),
+        "base_share": Meta("1", "share where the orthogonal heads are monotone",
+                           "share of configurations up to T_eps where every orthogonal head is monotone"),
     },
     "trained_heads": {
         "mono_path": Meta("1", "every head monotone up to clustering",
