@@ -111,11 +111,11 @@ class ClusteringProbability(Experiment):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
         from matplotlib.lines import Line2D
 
-        from ..plotting import log_edges, log_ticks, plt, sns
+        from ..plotting import MIN_TEXT, figure_size, log_edges, log_ticks, plt, sns, wrap
 
         ds = self.with_axes(summary, spec)
         Hs = ds.H.values
-        fig, axes = plt.subplots(2, len(Hs), figsize=(5.2 * len(Hs), 7.4), squeeze=False)
+        fig, axes = plt.subplots(2, len(Hs), figsize=figure_size(1.0), squeeze=False)
         t = ds.t.values
         b_vals = ds.beta.values.astype(float)
         t_edges, b_edges = log_edges(t), log_edges(b_vals)
@@ -144,7 +144,8 @@ class ClusteringProbability(Experiment):
             log_ticks(ax, "y", b_vals)
             ax.set_xlabel("time $t$")
             ax.set_ylabel(r"inverse temperature $\beta$")
-            ax.set_title(f"H = {H}: P(clustered by t), {len(ds.seed)} seeds per beta", fontsize=8)
+            ax.set_title(wrap(f"H = {H}: P(clustered by t), {len(ds.seed)} seeds per beta",
+                              0.8 * fig.get_figwidth() / len(Hs), 8), fontsize=8)
             ax = axes[1, j]
             if censored:  # one line for every beta, which would all lie on it
                 ax.plot(t, np.zeros_like(t), color="0.3",
@@ -168,23 +169,24 @@ class ClusteringProbability(Experiment):
             ax.set_xlabel("time $t$")
             ax.set_ylabel("fraction of runs clustered\n(95% Wilson band where 0 < P < 1)")
             # All censored: the legend sits clear of the closed-form times, at the centre left.
-            ax.legend(fontsize=6, ncol=2, loc="center left" if censored else "best")
+            ax.legend(fontsize=MIN_TEXT, ncol=2, loc="center left" if censored else "best")
         cax = fig.add_axes([0.9, 0.55, 0.013, 0.33])
         fig.colorbar(mesh, cax=cax, label="fraction clustered")
         exists = ds.attrs["d"] >= ds.attrs["n"]
         what = "" if exists else f" (scalar ODE only: no equiangular tokens at d = {ds.attrs['d']} < n)"
         handles = [Line2D([], [], color=HALF_COLOUR, lw=1.6, label="measured P = 1/2"),
                    Line2D([], [], color="w", ls="--", marker="o", ms=3,
-                          label=f"equiangular ODE from gamma0 = 1/sqrt(d) = {ds.attrs['gamma0']:.3f}{what}")]
+                          label=wrap(f"equiangular ODE from gamma0 = 1/sqrt(d) = "
+                                     f"{ds.attrs['gamma0']:.3f}{what}", 0.4 * fig.get_figwidth()))]
         # Under the figure, on a dark frame so the handles show the colours drawn on the map: inside
         # the map it hid the ODE's points.
         fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=2, bbox_to_anchor=(0.45, -0.04),
                    facecolor="0.15", edgecolor="0.5", labelcolor="w", framealpha=1)
         fixed = self.describe_fixed(spec, ("attention", "heads", "lambda_bar", "n", "d", "init",
                                            "cluster_threshold"))
-        fig.suptitle("Clustering probability over (t, beta): epsilon <= "
-                     f"{spec.fixed['cluster_threshold']:g}; "
-                     f"{fixed}", fontsize=9)
+        fig.suptitle(wrap("Clustering probability over (t, beta): epsilon <= "
+                          f"{spec.fixed['cluster_threshold']:g}; {fixed}", 0.95 * fig.get_figwidth(), 9),
+                     fontsize=9)
         fig.subplots_adjust(hspace=0.3, right=0.87, wspace=0.22)
         return fig
 

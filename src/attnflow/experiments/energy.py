@@ -56,10 +56,10 @@ class EnergyExperiment(Experiment):
         ncols = columns_for(len(combos), 1.6)
         pairs = -(-len(combos) // ncols)
         width = figure_width()
-        fig, axes = plt.subplots(2 * pairs, ncols, figsize=(width, min(2.9 * pairs + 0.9, 9.0)),
+        fig, axes = plt.subplots(2 * pairs, ncols, figsize=(width, min(3.6 * pairs + 1.0, 9.0)),
                                  squeeze=False, sharex=True, layout="constrained")
         colors = sns.color_palette(n_colors=ds.sizes["head"])
-        panel = 0.95 * width / ncols
+        panel = 0.7 * width / ncols  # an axes, beside its tick labels
         for k, (heads, geometry) in enumerate(combos):
             sub = ds.sel(heads=heads, geometry=geometry)
             top, bottom = axes[2 * (k // ncols), k % ncols], axes[2 * (k // ncols) + 1, k % ncols]
@@ -76,7 +76,7 @@ class EnergyExperiment(Experiment):
             top.axhline(0.0, color="k", lw=0.8)
             bottom.axhline(0.0, color="k", lw=0.8)
             res, falling = float(sub.thm11_residual), float(sub.frac_head_falling)
-            top.set_title(wrap(f"{heads} heads, {geometry}; Thm 11 residual {res:.0e}", panel, 8))
+            top.set_title(wrap(f"{heads} heads, {geometry}", panel, 8) + f"\nThm 11 residual {res:.0e}")
             bottom.set_title(wrap(f"a head's energy falls in {falling:.0%} of (seed, time)", panel, 8))
             bottom.set_xlabel(r"time $t$")
         for ax in axes.flat[2 * len(combos):]:

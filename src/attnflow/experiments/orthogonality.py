@@ -133,7 +133,7 @@ class Orthogonality(Experiment):
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
-        from ..plotting import plt
+        from ..plotting import figure_width, plt, wrap
 
         ds = self.with_axes(summary, spec)
         # Grid axes beyond the map's (a config may vary t_max, say): averaged, and said so.
@@ -141,7 +141,8 @@ class Orthogonality(Experiment):
         monotone = ds.frac_runs_monotone.mean(extra).transpose("beta", "delta").values
         condition = ds.frac_runs_condition.mean(extra).transpose("beta", "delta").values
         deltas, betas = ds.delta.values, ds.beta.values
-        fig, (ax, right) = plt.subplots(1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+        fig, (ax, right) = plt.subplots(1, 2, figsize=(figure_width(), 4.2),
+                                        gridspec_kw={"width_ratios": [3, 2]})
         mesh = ax.imshow(monotone, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
                          extent=(-0.5, len(deltas) - 0.5, -0.5, len(betas) - 0.5))
         for j in range(len(betas)):
@@ -158,9 +159,9 @@ class Orthogonality(Experiment):
         ax.grid(False)  # the theme's grid ran through the cells' numbers
         ax.set_xlabel(r"perturbation norm $\delta$ (cell field; Thm 39 bounds the overlap $\omega$)")
         ax.set_ylabel(r"inverse temperature $\beta$")
-        ax.set_title("runs with every head monotone up to $T_\\varepsilon$ (colour, first number);\n"
-                     r"runs meeting $\sum_i$margin$^h_i \geq \omega (2\beta n^2)^2 E_h (E - E_h)$ "
-                     "(second; hatched > 1/2)", fontsize=8, pad=10)
+        ax.set_title(wrap("runs with every head monotone up to $T_\\varepsilon$ (colour, first number);\n"
+                          r"runs meeting $\sum_i$margin$^h_i \geq \omega (2\beta n^2)^2 E_h (E - E_h)$ "
+                          "(second; hatched > 1/2)", 0.5 * figure_width(), 8), fontsize=8, pad=10)
         fig.colorbar(mesh, ax=ax, label="fraction of runs, every head monotone")
         right.plot(deltas, ds.cross_norm.max(["beta", *extra]).values, "ko-", label="measured")
         # The bound for equal strengths lambda: only where every cell of the panel has them.
@@ -171,12 +172,13 @@ class Orthogonality(Experiment):
             right.legend(fontsize=7)
         right.set_xlabel(r"perturbation norm $\delta$")
         right.set_ylabel(r"measured overlap $\omega = \max\|M_{h'} M_h\|_{op}$")
-        right.set_title("the overlap each delta produces (max over seeds)", fontsize=8)
+        right.set_title(wrap("the overlap each delta produces (max over seeds)", 0.3 * figure_width(), 8),
+                        fontsize=8)
         fixed = self.describe_fixed(spec, ("attention", "heads", "geometry", "H", "n", "d", "t_max"))
         if extra:
             fixed += f"; averaged over {', '.join(extra)}"
-        fig.suptitle(f"Approximate orthogonality (Thm 39): the condition is sufficient, for usa on the "
-                     f"sphere\n{fixed}", fontsize=9)
+        fig.suptitle(wrap(f"Approximate orthogonality (Thm 39): the condition is sufficient, for usa on the "
+                          f"sphere; {fixed}", 0.95 * figure_width(), 9), fontsize=9)
         fig.tight_layout()
         return fig
 
