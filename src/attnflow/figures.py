@@ -53,16 +53,9 @@ def _under_everything(fig, text: str, right: bool = False) -> None:
              ha="right" if right else "left", va="top", color="0.3", multialignment="left")
 
 
-def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=(),
-           width: float = plotting.TEXT_WIDTH, part: str = "") -> None:
-    """Draw the summary's experiment figure ``part`` (one of ``Experiment.figures``) ``width`` inches
-    wide and save it to every path in ``outputs`` (PNG, PDF).
-
-    The files carry their provenance in their metadata: experiment, summary
-    store, config digest and package version. Cells that failed (missing, NaN)
-    are listed under the figure. Nothing is saved beyond ``width``: the
-    experiments lay their figures out for it.
-    """
+def compose(summary: xr.Dataset, experiment_modules=(), width: float = plotting.TEXT_WIDTH, part: str = ""):
+    """The summary's experiment figure ``part`` (one of ``Experiment.figures``), drawn ``width`` inches
+    wide, laid out, with its footnotes: what ``render`` saves (a matplotlib Figure; close it)."""
     name = summary.attrs["experiment"]
     experiment = registry(experiment_modules).get(name)
     with plotting.drawing_width(width):
@@ -78,6 +71,21 @@ def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()
     note = failed_note(summary)
     if note:
         _under_everything(fig, note)
+    return fig
+
+
+def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=(),
+           width: float = plotting.TEXT_WIDTH, part: str = "") -> None:
+    """Draw the summary's experiment figure ``part`` (one of ``Experiment.figures``) ``width`` inches
+    wide (``compose``) and save it to every path in ``outputs`` (PNG, PDF).
+
+    The files carry their provenance in their metadata: experiment, summary
+    store, config digest and package version. Cells that failed (missing, NaN)
+    are listed under the figure. Nothing is saved beyond ``width``: the
+    experiments lay their figures out for it.
+    """
+    name = summary.attrs["experiment"]
+    fig = compose(summary, experiment_modules, width, part)
     figure = f"{name}-{part}" if part else name
     provenance = (f"attnflow {summary.attrs.get('attnflow_version', '?')}; experiment {name}; "
                   f"summary {source}; config sha256 {summary.attrs.get('config_sha256', '?')}")
@@ -113,4 +121,4 @@ def _tight_box(fig):
     return Bbox([[max(box.x0, 0.0), box.y0], [min(box.x1, fig.get_figwidth()), box.y1]])
 
 
-__all__ = ["certificate_line", "failed_note", "render"]
+__all__ = ["DPI", "certificate_line", "compose", "failed_note", "render"]

@@ -162,7 +162,7 @@ class Crossover(Experiment):
         fig, axes = plt.subplots(1 if side else 2, 2 if side else 1, squeeze=False, layout="constrained",
                                  figsize=(width, 4.8 if side else 8.0))
         axes = axes.ravel()
-        panel = 0.36 * width if side else 0.8 * width  # an axes, beside the colour bar and the labels
+        panel = 0.36 * width if side else 0.6 * width  # an axes, beside the colour bar and the labels
         fine = ds.ratio_closed_fine.transpose("level_fine", "beta_fine").values
         log_ratio = np.log2(fine)
         span = max(float(np.nanmax(np.abs(log_ratio))), 1e-3)
@@ -225,8 +225,9 @@ class Crossover(Experiment):
                          "equiangular closed form; x and %: relu runs that froze into several clusters "
                          f"(never reached the level by t_max = {spec.fixed['t_max']:g})")
             ax.set_title(wrap(title, panel, 8))
-        fig.colorbar(mesh, ax=list(axes), shrink=0.8,
-                     label=r"$\log_2\, T_{relu} / T_{softmax}$" + "\n(blue: relu faster)")
+        fig.colorbar(mesh, ax=list(axes), shrink=0.8, location="right" if side else "bottom",
+                     label=r"$\log_2\, T_{relu} / T_{softmax}$" + ("\n" if side else " ")
+                     + "(blue: relu faster)")
         handles = [Line2D([], [], color="k", lw=1.8, label="closed form: ratio = 1"),
                    Line2D([], [], color="k", marker="+", ls="", label="closed-form crossover beta per level"),
                    Line2D([], [], color="k", marker="o", mfc="0.8", ls="",
@@ -236,6 +237,8 @@ class Crossover(Experiment):
                                label="grey square: median not reached by t_max (relu: half or more froze)"),
                         Line2D([], [], color="k", marker="x", ls="", label="some relu runs froze (share)")]
         # Under the panels, off the data (the markers fill the panels' corners).
+        for handle in handles:
+            handle.set_label(wrap(handle.get_label(), (0.45 if side else 0.85) * width - 0.4))
         fig.legend(handles=handles, loc="outside lower center", ncol=2 if side else 1)
         fixed = self.describe_fixed(spec, ("heads", "H", "n", "d", "lambda_bar", "rtol"))
         fig.suptitle(wrap(f"ReLU vs softmax at late times (result 11): T_relu / T_softmax from gamma0 = "

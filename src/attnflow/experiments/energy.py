@@ -76,7 +76,7 @@ class EnergyExperiment(Experiment):
             top.axhline(0.0, color="k", lw=0.8)
             bottom.axhline(0.0, color="k", lw=0.8)
             res, falling = float(sub.thm11_residual), float(sub.frac_head_falling)
-            top.set_title(wrap(f"{heads} heads, {geometry}", panel, 8) + f"\nThm 11 residual {res:.0e}")
+            top.set_title(wrap(f"{heads} heads, {geometry}\nThm 11 residual {res:.0e}", panel, 8))
             bottom.set_title(wrap(f"a head's energy falls in {falling:.0%} of (seed, time)", panel, 8))
             bottom.set_xlabel(r"time $t$")
         for ax in axes.flat[2 * len(combos):]:

@@ -48,14 +48,15 @@ class Superadditivity(Experiment):
                "Rows: equiangular start (where the theorem lives) and uniform random starts (median of "
                "the per-seed ratio, same tokens for both); columns: spread. Black: measured ratio = 1; "
                "dashed: the early-time boundary lambda_c(beta); hatched: the early-rate prediction "
-               "sum phi(lambda_h) > H phi(lambda_bar); green dotted (top row): ratio = 1 of the closed-form "
-               "time integral of the equiangular ODE.")
+               "sum phi(lambda_h) > H phi(lambda_bar); wide pale green under the black line (top row): ratio "
+               "= 1 of the closed-form time integral of the equiangular ODE.")
     reading = ("Thm 22 predicts the sign of the early clustering rate: unequal heads start faster where "
                "phi is convex (right of the dashed lambda_c curve, or exactly in the hatched region for "
                "the spread shown). The colour measures the whole run. On equiangular tokens it agrees "
-               "with the closed-form time integral (green dotted contour on the black one); how far the "
-               "black contour sits from the hatched region shows how much the early-time statement says "
-               "about the full clustering time, and the bottom row how far it carries to random tokens.")
+               "with the closed-form time integral (the black contour runs along the wide green one); "
+               "how far the black contour sits from the hatched region shows how much the early-time "
+               "statement says about the full clustering time, and the bottom row how far it carries to "
+               "random tokens.")
 
     refine_axis = "beta"
 

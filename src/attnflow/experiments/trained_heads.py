@@ -151,15 +151,12 @@ class TrainedHeads(Experiment):
         # Three columns (the trained heads' geometry, then the two head sets' maps) while each keeps 1.8 in;
         # else the maps go under the geometry, two columns.
         wide = width >= 5.4
-        fig, grid = plt.subplots(2, 3 if wide else 2, squeeze=False, layout="constrained",
-                                 figsize=(width, 5.4 if wide else 8.0))
         if wide:
-            axes = grid
-        else:  # a 2 x 3 view of a 4 x 2 layout: (a, b) on the first row, the maps under them
-            fig.clear()
-            sub = fig.subplots(3, 2, squeeze=False, gridspec_kw={"height_ratios": [1.0, 1.0, 1.0]})
-            axes = np.array([[sub[0, 0], sub[1, 0], sub[1, 1]], [sub[0, 1], sub[2, 0], sub[2, 1]]])
-        panel = 0.9 * width / (3 if wide else 2)
+            fig, axes = plt.subplots(2, 3, squeeze=False, layout="constrained", figsize=(width, 5.4))
+        else:  # (a, b) on the first row, the maps under them: a 2 x 3 view of a 3 x 2 layout
+            fig, grid = plt.subplots(3, 2, squeeze=False, layout="constrained", figsize=(width, 8.5))
+            axes = np.array([[grid[0, 0], grid[1, 0], grid[1, 1]], [grid[0, 1], grid[2, 0], grid[2, 1]]])
+        panel = 0.9 * width / 3 if wide else 0.33 * width
         ax = axes[0, 0]
         ax.axhspan(70, 85, color="tab:green", alpha=0.15, label="70-85 degrees (the paper)")
         ax.violinplot([ds.principal_angle.sel(layer=L).values for L in layers], positions=layers,
@@ -205,11 +202,15 @@ class TrainedHeads(Experiment):
                 log_ticks(ax, "y", b_vals)
                 ax.set_ylim(b_edges[0], b_edges[-1])
                 ax.set_xlabel("layer")
-                ax.set_ylabel(r"inverse temperature $\beta$")
+                ax.set_ylabel(r"inverse temperature $\beta$" if wide else r"$\beta$")
                 letter = "cdef"[(col - 1) * 2 + row]
                 label = "trained heads" if heads == "trained" else "orthogonal heads, equal strength"
                 ax.set_title(wrap(f"({letter}) {label}: {what}", panel, 8))
-        fig.colorbar(mesh, ax=[axes[0, 2], axes[1, 2]], shrink=0.7, label="fraction of runs / of time")
+        if wide:
+            fig.colorbar(mesh, ax=[axes[0, 2], axes[1, 2]], shrink=0.7, label="fraction of runs / of time")
+        else:
+            fig.colorbar(mesh, ax=list(axes[:, 1:].ravel()), location="bottom", shrink=0.8,
+                         label="fraction of runs / of time")
         # Under the panels, off the maps.
         fig.legend(handles=[Patch(color="tab:green", alpha=0.15, label="(a) 70-85 degrees (the paper)"),
                             Line2D([], [], marker="D", color="w", mec="k", ls="",
@@ -217,7 +218,7 @@ class TrainedHeads(Experiment):
                             Line2D([], [], marker="^", color="w", mec="k", ls="", label="above the grid"),
                             Line2D([], [], marker="v", color="w", mec="k", ls="",
                                    label="fails already at the smallest beta")],
-                   loc="outside lower center", ncol=2)
+                   loc="outside lower center", ncol=2 if wide else 1)
         fixed = self.describe_fixed(spec, ("weights", "n", "init", "values"))
         fig.suptitle(wrap(f"Trained heads (Thm 19, 39): {fixed}; seeds={len(ds.seed)}", 0.95 * width, 9))
         return fig

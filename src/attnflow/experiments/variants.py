@@ -176,8 +176,11 @@ class Variants(Experiment):
         row_height = 0.19 * len(rows) + 0.55  # a heatmap row of 7 pt text, the panel's title and beta axis
         fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
                                  figsize=(width, min(nrows * row_height + 0.9, 9.0)))
-        for ax in axes.flat[len(structures) * per_structure * ncols:]:
-            ax.set_visible(False)
+        used = {(r * per_structure + k // ncols, k % ncols) for r in range(len(structures))
+                for k in range(len(panels))}
+        for (i, j), ax in np.ndenumerate(axes):
+            ax.set_visible((i, j) in used)
+        inches = (width - 1.1) / ncols  # a heatmap, beside the first column's row labels
         # One colour scale per panel across the head structures (the same quantity), stretched to the
         # data where it leaves the nominal range (a residual of 10^2 must not read as 10^0).
         shown = {p.var: np.log10(np.maximum(ds[p.var], 1e-16)) if p.log else ds[p.var] for p in panels}
@@ -208,6 +211,10 @@ class Variants(Experiment):
                             annot_kws={"fontsize": MIN_TEXT}, xticklabels=betas,
                             yticklabels=labels if k % ncols == 0 else False, cbar=False,
                             mask=~np.isfinite(values))
+                ax.grid(False)  # the theme's grid would run through the blank (censored) cells
+                for text in ax.texts:
+                    if text.get_text().startswith("-") and float(text.get_text()) == 0:
+                        text.set_text(text.get_text()[1:])  # -0.0: a value that rounds to 0
                 # Row labels across: seaborn stands them on end when it thinks they overlap.
                 ax.tick_params(axis="y", labelrotation=0)
                 ax.tick_params(axis="x", labelrotation=0)
@@ -215,10 +222,10 @@ class Variants(Experiment):
                     ax.text(j + 0.5, i + 0.5, "cens.", ha="center", va="center", fontsize=MIN_TEXT,
                             color="0.4")
                 if p.var in RESIDUALS and undefined:
-                    ax.text(0.5, 0.5, wrap(undefined, 0.9 * width / ncols), transform=ax.transAxes,
+                    ax.text(0.5, 0.5, wrap(undefined, 0.9 * inches), transform=ax.transAxes,
                             ha="center", va="center", fontsize=MIN_TEXT, color="0.3")
                 ax.set_xlabel(r"$\beta$")
-                ax.set_title(wrap(f"{p.title}; {heads} heads", 0.95 * width / ncols, 8), fontsize=8)
+                ax.set_title(wrap(f"{p.title}; {heads} heads", inches, 8), fontsize=8)
         seeds = spec.fixed["seeds"]
         fixed = self.describe_fixed(spec, ("H", "n", "d", "lambda_dist", "spread", "init", "t_max",
                                            "cluster_threshold"))
