@@ -68,7 +68,7 @@ class Variants(Experiment):
         "batch_over": ["beta", "mask", "attention"],
     }
     caption = ("The paper's statements under sigmoid attention and causal masking, in two figures. Rows: "
-               "attention type and mask (gradient flows marked *); columns: beta; one block of rows per "
+               "attention type and mask (gradient flows starred); columns: beta; one block of rows per "
                "head structure. variants.png: fraction of runs whose total energy never falls; Thm 11's "
                "residual max|dE/dt - K| / max K divided by its float64 round-off bound, computed per run "
                "from n, d and the radial-to-tangential ratio of the heads' outputs (log10; at most 0: the "
