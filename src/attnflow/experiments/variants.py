@@ -145,6 +145,10 @@ class Variants(Experiment):
             "gradient_flow": (flows, "1 if the flow is a gradient flow of its energy (Thm 11, result 8)"),
             "energy_residual_max": (ds.energy_residual.max("beta"), "largest Thm 11 residual "
                                     "max|dE/dt - K| / max K over the line (round-off for a gradient flow)"),
+            **({"energy_residual_roundoff": (
+                (ds.energy_residual_excess <= 1.0).all("beta").astype(float),
+                "1 if every run's Thm 11 residual is within its float64 round-off bound at every beta of "
+                "the line (the identity holds to round-off)")} if "energy_residual_excess" in ds else {}),
             "frac_total_monotone_min": (ds.frac_total_monotone.min("beta"), "least share of runs whose "
                                         "total energy never falls, over the line"),
             "beta_heads_all": (heads.beta.where(held).max("beta"), "largest grid beta up to which every run "
