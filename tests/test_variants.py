@@ -387,3 +387,22 @@ def test_thm11_residual_at_d_1_is_nan_and_says_why():
     spec = Spec("variants", {**EXPERIMENT.defaults["fixed"], "d": 8}, {}, ())
     assert "comment" not in EXPERIMENT.derive(EXPERIMENT.reduce(simulate(dataclasses.replace(cell, d=8))),
                                               spec).energy_residual.attrs
+
+
+def test_export_says_whether_each_line_holds_thm11_to_round_off():
+    import xarray as xr
+
+    from attnflow.experiments import Spec
+    from attnflow.experiments.variants import EXPERIMENT
+
+    grid = {"heads": ["random"], "attention": ["usa", "softmax"], "mask": ["none"], "beta": [1.0, 4.0]}
+    dims = tuple(grid)
+    excess = np.array([[[[0.1, 0.9]], [[1e13, 1e14]]]])  # usa within its bound at both betas; softmax not
+    ones = np.ones(excess.shape)
+    summary = xr.Dataset({"energy_residual_excess": (dims, excess), "energy_residual": (dims, 1e-11 * excess),
+                          "frac_total_monotone": (dims, ones), "frac_heads_monotone": (dims, ones)},
+                         coords=grid, attrs={"experiment": "variants", "experiment_spec": Spec(
+                             "variants", EXPERIMENT.defaults["fixed"], grid, ()).to_json()})
+    df = EXPERIMENT.export_table(summary).set_index("attention")
+    assert df.loc["usa", "energy_residual_roundoff"] == 1.0
+    assert df.loc["softmax", "energy_residual_roundoff"] == 0.0
