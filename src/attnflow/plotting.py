@@ -104,11 +104,19 @@ def plain_log_axis(ax, axis: str, base: float = 10.0, subs=None) -> None:
 
     target = ax.xaxis if axis == "x" else ax.yaxis
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
-    low, high = sorted(ax.get_xlim() if axis == "x" else ax.get_ylim())
-    for choice in ((subs,) if subs is not None else ((1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0),
-                                                      tuple(float(k) for k in range(1, 10)))):
+    if subs is not None:
+        choices = (subs,)
+    else:
+        choices = ((1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0), tuple(float(k) for k in range(1, 10)))
+    # The data's own range (not the view's: an axis with no positive data, every cell behind it
+    # failed, has none, and mark_empty_log_axes turns it linear later).
+    positive = ax.dataLim.minposx if axis == "x" else ax.dataLim.minposy
+    high = ax.dataLim.x1 if axis == "x" else ax.dataLim.y1
+    for choice in choices:
         locator = LogLocator(base=base, subs=choice)
-        ticks = [t for t in locator.tick_values(low, high) if low <= t <= high]
+        if not (np.isfinite(positive) and np.isfinite(high) and high >= positive):
+            break
+        ticks = [t for t in locator.tick_values(positive, high) if positive <= t <= high]
         if len(ticks) >= 3:
             break
     target.set_major_locator(locator)
