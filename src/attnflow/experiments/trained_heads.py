@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import xarray as xr
 
@@ -219,7 +221,9 @@ class TrainedHeads(Experiment):
                             Line2D([], [], marker="v", color="w", mec="k", ls="",
                                    label="fails already at the smallest beta")],
                    loc="outside lower center", ncol=2 if wide else 1)
-        fixed = self.describe_fixed(spec, ("weights", "n", "init", "values"))
+        # The weights by their file's name: a path is one word no line break can split.
+        weights = Path(str(spec.fixed.get("weights", ""))).name
+        fixed = ", ".join([f"weights={weights}", self.describe_fixed(spec, ("n", "init", "values"))])
         fig.suptitle(wrap(f"Trained heads (Thm 19, 39): {fixed}; seeds={len(ds.seed)}", 0.95 * width, 9))
         return fig
 
