@@ -39,11 +39,14 @@ from .sweep import Point, Sweep, point, resolve
 
 SCHEDULERS = ("threads", "synchronous", "distributed")
 SEED_MAX = 2**63 - 1
+FIGURE_WIDTHS = (3.5, 12.0)  # inches: a journal column to a poster panel; the figures are laid out for these
 TOP_LEVEL = {
     "results": ("results", "output directory (stores, summaries, figures, logs); not empty, not /"),
     "dask_scheduler": ("threads", "aggregation scheduler: threads, synchronous, distributed (a local "
                                   "dask.distributed cluster) or the address tcp://host:port of a running "
                                   "scheduler"),
+    "figure_width": (7.0, "width of every figure in inches, the width it is printed at (7: a journal's text "
+                          "width; 3.5: a column); no text in a figure is smaller than 7 pt at that width"),
     "experiment_modules": ([], "importable modules that each define an EXPERIMENT, added to the "
                                "built-in experiments"),
     "defaults": ({}, "cell fields for every experiment: a block's fixed values win over them, they win "
@@ -167,6 +170,7 @@ def schema(experiments=None) -> dict:
     top["results"]["type"] = "string"
     top["dask_scheduler"]["type"] = "string"
     top["dask_scheduler"]["pattern"] = "^(" + "|".join(SCHEDULERS) + r"|tcp://.+)$"
+    top["figure_width"].update({"type": "number", "minimum": FIGURE_WIDTHS[0], "maximum": FIGURE_WIDTHS[1]})
     top["experiment_modules"].update({"type": "array", "items": {"type": "string"}})
     top["refinement"].update({"type": "array", "items": {"type": "object"}})
     top["defaults"].update(cell_fields)

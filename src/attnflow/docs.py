@@ -48,7 +48,9 @@ def experiments_markdown(experiments=None) -> str:
                ""] if exp.bounds else []),
             *([("**Input files** (must exist): " + ", ".join(f"`{key}`" for key in exp.inputs) + "."),
                ""] if exp.inputs else []),
-            f"**The figure.** {exp.caption}",
+            f"**The figure{'s' if len(exp.figures) > 1 else ''}** ("
+            + ", ".join(f"`figures/{exp.name}{'-' + part if part else ''}.png`" for part in exp.figures)
+            + f", drawn `figure_width` wide). {exp.caption}",
             "",
             f"**How to read it.** {exp.reading}",
             "",

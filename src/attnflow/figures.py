@@ -8,7 +8,6 @@ they draw with are ``attnflow.plotting``, below them.
 from __future__ import annotations
 
 import json
-import textwrap
 
 import matplotlib
 
@@ -45,49 +44,81 @@ def failed_note(summary: xr.Dataset) -> str:
 
 def _under_everything(fig, text: str, right: bool = False) -> None:
     """A footnote under everything the figure drew so far (legends below the axes included), at its
-    left edge or, ``right``, its right edge."""
+    left edge or, ``right``, its right edge, in lines that fit the figure's width."""
     box = fig.get_tightbbox(fig.canvas.get_renderer())
     width, height = fig.get_figwidth(), fig.get_figheight()
-    fig.text((box.x1 if right else box.x0) / width, box.y0 / height - 0.01, text, fontsize=6,
-             ha="right" if right else "left", va="top", color="0.3")
+    left, right_edge = max(box.x0, 0.0), min(box.x1, width)
+    fig.text((right_edge if right else left) / width, box.y0 / height - 0.01,
+             plotting.wrap(text, 0.97 * (right_edge - left), plotting.MIN_TEXT), fontsize=plotting.MIN_TEXT,
+             ha="right" if right else "left", va="top", color="0.3", multialignment="left")
 
 
-def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()) -> None:
-    """Draw the summary's experiment figure and save it to every path in ``outputs`` (PNG, PDF).
-
-    The files carry their provenance in their metadata: experiment, summary
-    store, config digest and package version. Cells that failed (missing, NaN)
-    are listed under the figure.
-    """
+def compose(summary: xr.Dataset, experiment_modules=(), width: float = plotting.TEXT_WIDTH, part: str = ""):
+    """The summary's experiment figure ``part`` (one of ``Experiment.figures``), drawn ``width`` inches
+    wide, laid out, with its footnotes: what ``render`` saves (a matplotlib Figure; close it)."""
     name = summary.attrs["experiment"]
     experiment = registry(experiment_modules).get(name)
-    fig = experiment.plot(summary, Spec.of(summary))
+    with plotting.drawing_width(width):
+        fig = experiment.draw(summary, Spec.of(summary), part)
     plotting.mark_empty_log_axes(fig)  # plots that lay themselves out call it first
     # Lay the figure out once, at the PNG's resolution, and keep that layout: the footnotes go under
     # what it placed (a layout engine run later would move the axes onto them) and both files show it.
     fig.set_dpi(DPI)
     fig.draw_without_rendering()
     fig.set_layout_engine("none")
+    _pin_figure_legends(fig)
     _under_everything(fig, certificate_line(summary), right=True)
     note = failed_note(summary)
     if note:
-        _under_everything(fig, textwrap.fill(note, 140))
+        _under_everything(fig, note)
+    return fig
+
+
+def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=(),
+           width: float = plotting.TEXT_WIDTH, part: str = "") -> None:
+    """Draw the summary's experiment figure ``part`` (one of ``Experiment.figures``) ``width`` inches
+    wide (``compose``) and save it to every path in ``outputs`` (PNG, PDF).
+
+    The files carry their provenance in their metadata: experiment, summary
+    store, config digest and package version. Cells that failed (missing, NaN)
+    are listed under the figure. Nothing is saved beyond ``width``: the
+    experiments lay their figures out for it.
+    """
+    name = summary.attrs["experiment"]
+    fig = compose(summary, experiment_modules, width, part)
+    figure = f"{name}-{part}" if part else name
     provenance = (f"attnflow {summary.attrs.get('attnflow_version', '?')}; experiment {name}; "
                   f"summary {source}; config sha256 {summary.attrs.get('config_sha256', '?')}")
     box = _tight_box(fig)
     for path in outputs:
         if str(path).endswith(".pdf"):
-            meta = {"Title": f"attnflow {name}", "Subject": provenance, "Creator": "attnflow"}
+            meta = {"Title": f"attnflow {figure}", "Subject": provenance, "Creator": "attnflow"}
         else:
-            meta = {"Title": f"attnflow {name}", "Description": provenance, "Software": "attnflow"}
+            meta = {"Title": f"attnflow {figure}", "Description": provenance, "Software": "attnflow"}
         fig.savefig(path, dpi=DPI, bbox_inches=box, metadata=meta)
     plt.close(fig)
 
 
+def _pin_figure_legends(fig) -> None:
+    """Keep each figure legend where the layout put it. One placed by ``loc`` alone ("outside lower
+    center") is anchored to the figure's box, which ``savefig`` replaces by the crop box: the legend
+    would move down onto the footnotes placed under it."""
+    renderer = fig.canvas.get_renderer()
+    for legend in fig.legends:
+        box = legend.get_window_extent(renderer).transformed(fig.transFigure.inverted())
+        legend.set_bbox_to_anchor(box, transform=fig.transFigure)
+        legend.set_loc("center")
+
+
 def _tight_box(fig):
     """The box ``savefig(bbox_inches="tight")`` crops the PNG to, computed once for both files: "tight"
-    lays the figure out again for each file it writes (a third of a plot job's drawing time)."""
-    return fig.get_tightbbox(fig.canvas.get_renderer()).padded(plt.rcParams["savefig.pad_inches"])
+    lays the figure out again for each file it writes (a third of a plot job's drawing time). Never
+    wider than the figure: what an experiment drew beyond it (``tests/test_figure_layout.py`` says
+    none does) would make the file wider than the page it was drawn for."""
+    from matplotlib.transforms import Bbox
+
+    box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(plt.rcParams["savefig.pad_inches"])
+    return Bbox([[max(box.x0, 0.0), box.y0], [min(box.x1, fig.get_figwidth()), box.y1]])
 
 
-__all__ = ["certificate_line", "failed_note", "render"]
+__all__ = ["DPI", "certificate_line", "compose", "failed_note", "render"]

@@ -19,14 +19,25 @@ FIGURE_FORMATS = ("png", "pdf")
 RULES = ("simulate", "aggregate", "plot")  # the workflow's job rules, each with its logs and benchmarks
 
 
+FIGURE_PART_SEP = "-"  # <experiment>-<part>: no experiment name holds "-" (they are Python identifiers)
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """The paths of one results directory."""
+    """The paths of one results directory.
+
+    ``figure_parts`` holds, for each experiment that draws more than one figure,
+    the parts it draws (``Experiment.figures``): ``""`` is ``<experiment>.png``,
+    ``"x"`` is ``<experiment>-x.png``. An experiment not named draws one figure.
+    """
 
     results: Path
+    figure_parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "results", Path(self.results))
+        object.__setattr__(self, "figure_parts",
+                           tuple((name, tuple(parts)) for name, parts in self.figure_parts))
 
     @property
     def stores(self) -> Path:
@@ -62,11 +73,25 @@ class Layout:
     def summary(self, experiment: str) -> Path:
         return self.results / "summaries" / f"{experiment}{STORE_SUFFIX}"
 
-    def figure(self, experiment: str, ext: str) -> Path:
-        return self.results / "figures" / f"{experiment}.{ext}"
+    def figure(self, figure: str, ext: str) -> Path:
+        """One figure file; ``figure`` is an experiment's name (its first figure) or one of
+        ``figure_names``."""
+        return self.results / "figures" / f"{figure}.{ext}"
+
+    def figure_names(self, experiment: str) -> list[str]:
+        """The names of the figures an experiment draws: its own name first, then ``<name>-<part>``."""
+        parts = dict(self.figure_parts).get(experiment, ("",))
+        return [f"{experiment}{FIGURE_PART_SEP}{part}" if part else experiment for part in parts]
 
     def figures(self, experiment: str) -> list[Path]:
-        return [self.figure(experiment, ext) for ext in FIGURE_FORMATS]
+        """Every file of every figure an experiment draws (PNG and PDF each)."""
+        return [self.figure(name, ext) for name in self.figure_names(experiment) for ext in FIGURE_FORMATS]
+
+    @staticmethod
+    def part_of(figure: str) -> tuple[str, str]:
+        """``(experiment, part)`` a figure name stands for (``figure_names`` backwards)."""
+        experiment, _, part = figure.partition(FIGURE_PART_SEP)
+        return experiment, part
 
     def benchmarks(self, rule: str) -> Path:
         """Snakemake's benchmark files of one rule (``progress`` reads the simulate ones)."""
@@ -107,4 +132,5 @@ def store_id(store: str | Path) -> str:
     return Path(store).name.removesuffix(STORE_SUFFIX)
 
 
-__all__ = ["FIGURE_FORMATS", "OLD_STORE_SUFFIX", "RULES", "STORE_SUFFIX", "Layout", "results_of", "store_id"]
+__all__ = ["FIGURE_FORMATS", "FIGURE_PART_SEP", "OLD_STORE_SUFFIX", "RULES", "STORE_SUFFIX", "Layout",
+           "results_of", "store_id"]

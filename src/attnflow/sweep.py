@@ -159,8 +159,10 @@ class Sweep:
 
     @property
     def layout(self) -> Layout:
-        """Where every output of this sweep lives."""
-        return Layout(self.results)
+        """Where every output of this sweep lives (with the figures each experiment draws)."""
+        parts = tuple((name, self.experiments.get(name).figures) for name in self.specs
+                      if tuple(self.experiments.get(name).figures) != ("",))
+        return Layout(self.results, parts)
 
     @property
     def stores(self) -> Path:

@@ -471,13 +471,16 @@ def aggregate_job(name: str, spec_params: str, entries_params: str, output: str,
                      retire=retire, failures=failures)
 
 
-def plot_job(summary_path: str, outputs, modules=()):
-    """Draw one experiment's figure from its summary store (the spec comes from the summary)."""
+def plot_job(summary_path: str, outputs, modules=(), width: float | None = None, part: str = ""):
+    """Draw one figure (``part`` of its experiment's ``figures``) from the experiment's summary store
+    (the spec comes from the summary), ``width`` inches wide (the config's ``figure_width``)."""
     from .figures import render
+    from .plotting import TEXT_WIDTH
     from .store import open_verified
 
     with open_verified(summary_path, chunks=None) as summary:  # read whole: no dask (0.4 s of imports)
-        render(summary.load(), outputs, source=summary_path, experiment_modules=modules)
+        render(summary.load(), outputs, source=summary_path, experiment_modules=modules,
+               width=TEXT_WIDTH if width is None else width, part=part)
 
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",

@@ -35,8 +35,13 @@ EXPERIMENT_NAMES = list(SWEEP.specs)
 MODULES = json.dumps(config.get("experiment_modules", []))
 
 
+# Every figure of every experiment, by name (an experiment may draw several: Layout.figure_names).
+FIGURE_NAMES = [figure for name in EXPERIMENT_NAMES for figure in LAYOUT.figure_names(name)]
+
+
 wildcard_constraints:
     experiment="|".join(EXPERIMENT_NAMES),
+    figure="|".join(FIGURE_NAMES),
     batch="[A-Za-z0-9._+-]+",
 
 
@@ -123,8 +128,20 @@ def experiment_spec(wildcards):
     return spec_params(SWEEP, wildcards.experiment)
 
 
-def experiment_caption(wildcards):
-    return figure_caption(SWEEP, wildcards.experiment)
+def figure_summary(wildcards):
+    return str(LAYOUT.summary(LAYOUT.part_of(wildcards.figure)[0]))
+
+
+def figure_tickets(wildcards):
+    return summary_tickets(RESULTS, LAYOUT.part_of(wildcards.figure)[0])
+
+
+def figure_part(wildcards):
+    return LAYOUT.part_of(wildcards.figure)[1]
+
+
+def figure_caption_of(wildcards):
+    return figure_caption(SWEEP, LAYOUT.part_of(wildcards.figure)[0])
 
 
 def experiment_figures(wildcards):

@@ -1,24 +1,27 @@
 rule plot:
-    """Render an experiment's figure as PNG and PDF."""
+    """Render one figure of an experiment as PNG and PDF (an experiment may draw several:
+    Layout.figures)."""
     input:
-        summary=rules.aggregate.output.summary,
-        tickets=experiment_tickets,
+        summary=figure_summary,
+        tickets=figure_tickets,
     output:
         png=report(
-            str(LAYOUT.figure("{experiment}", "png")),
+            str(LAYOUT.figure("{figure}", "png")),
             caption="../report/figure.rst",
             category="Figures",
         ),
-        pdf=str(LAYOUT.figure("{experiment}", "pdf")),
+        pdf=str(LAYOUT.figure("{figure}", "pdf")),
     params:
         modules=MODULES,
-        caption=experiment_caption,
+        caption=figure_caption_of,
+        width=config.get("figure_width", 7.0),
+        part=figure_part,
     conda:
         "../envs/attnflow.yaml"
     benchmark:
-        str(LAYOUT.benchmark("plot", "{experiment}"))
+        str(LAYOUT.benchmark("plot", "{figure}"))
     log:
-        str(LAYOUT.log("plot", "{experiment}")),
+        str(LAYOUT.log("plot", "{figure}")),
     localrule: True
     script:
         "../scripts/plot.py"

@@ -1,4 +1,4 @@
-"""Snakemake script: draw one experiment's figure from its summary store."""
+"""Snakemake script: draw one figure of an experiment from its summary store."""
 
 import json
 import sys
@@ -11,4 +11,6 @@ plot_job(
     snakemake.input.summary,  # noqa: F821
     [snakemake.output.png, snakemake.output.pdf],  # noqa: F821
     modules=json.loads(snakemake.params.modules),  # noqa: F821
+    width=snakemake.params.width,  # noqa: F821
+    part=snakemake.params.part,  # noqa: F821
 )

@@ -278,14 +278,28 @@ class Experiment:
                        f"exponent); its summary is attnflow.open_summary({self.name!r}, configfile=...)")
 
     # --- figure --------------------------------------------------------------------------------
+    # The figures the experiment draws, one file each: "" is <name>.png (the first, always there),
+    # "x" is <name>-x.png. An experiment with more than one has ``plot(summary, spec, part)``.
+    figures: ClassVar[tuple[str, ...]] = ("",)
+
     def plot(self, summary: xr.Dataset, spec: Spec):
         """The figure (a matplotlib Figure) from the summary and the spec it was built from.
+
+        Draw it ``attnflow.plotting.figure_width()`` wide (the config's ``figure_width``), every
+        text at least ``attnflow.plotting.MIN_TEXT`` points. An experiment declaring several
+        ``figures`` takes a third argument, the part to draw.
 
         Import the drawing modules here (``from attnflow.plotting import plt, sns`` also sets
         the figures' theme), not at module top: every workflow job imports the registry, and
         only plot jobs draw.
         """
         raise NotImplementedError
+
+    def draw(self, summary: xr.Dataset, spec: Spec, part: str = ""):
+        """The figure ``part`` (one of ``figures``) of the summary."""
+        if part not in self.figures:
+            raise ValueError(f"experiment {self.name} draws no figure {part!r} (it draws {self.figures})")
+        return self.plot(summary, spec, part) if len(self.figures) > 1 else self.plot(summary, spec)
 
     def with_axes(self, summary: xr.Dataset, spec: Spec) -> xr.Dataset:
         """The summary with every figure axis as a dimension (a fixed one gets length 1)."""

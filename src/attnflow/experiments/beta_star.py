@@ -175,21 +175,28 @@ class BetaStar(Experiment):
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
 
-        from ..plotting import log_edges, log_ticks, plt
+        from ..plotting import columns_for, figure_width, log_edges, log_ticks, plt, wrap
 
         ds = self.with_axes(summary, spec)
         columns = [(a, H) for a in ds.attention.values for H in ds.H.values]
         rows = [(heads, q) for heads in ds.heads.values for q in ("mono", "rd")]
-        fig, axes = plt.subplots(len(rows), len(columns), figsize=(3.2 * len(columns) + 1.5, 2.7 * len(rows)),
-                                 squeeze=False, sharex=True, sharey=True)
+        # The (attention, H) columns side by side while each keeps 1.3 in, else in further blocks of rows.
+        width = figure_width()
+        ncols = columns_for(len(columns), 1.3)
+        blocks = -(-len(columns) // ncols)
+        fig, axes = plt.subplots(len(rows) * blocks, ncols, squeeze=False, sharex=True, sharey=True,
+                                 figsize=(width, min(1.45 * len(rows) * blocks + 2.2, 9.0)),
+                                 layout="constrained")
         n_vals, b_vals = ds.n.values.astype(float), ds.beta.values.astype(float)
         n_edges, b_edges = log_edges(n_vals), log_edges(b_vals)
         n_fine = np.geomspace(n_edges[0], n_edges[-1], 200)
         alpha = float(ds.attrs.get("alpha", 1.0))
         mesh = None
-        for j, (att, H) in enumerate(columns):
+        for c, (att, H) in enumerate(columns):
             closed = theory.beta_star(H, n_fine, alpha)
-            for i, (heads, q) in enumerate(rows):
+            j = c % ncols
+            for r, (heads, q) in enumerate(rows):
+                i = (c // ncols) * len(rows) + r
                 ax = axes[i, j]
                 sub = ds.sel(attention=att, H=H, heads=heads)
                 colour = sub.frac_mono_path if q == "mono" else sub.frac_time_rd
@@ -200,7 +207,7 @@ class BetaStar(Experiment):
                 if (~positive).any():
                     ax.axvspan(n_edges[0], n_fine[~positive].max(), ymax=0.12, facecolor="none",
                                edgecolor="k", hatch="///", lw=0)
-                ax.plot(n_vals, sub.beta_orthogonal.values, "o", mfc="none", mec="tab:red", ms=6, mew=1.4)
+                ax.plot(n_vals, sub.beta_orthogonal.values, "o", mfc="none", mec="tab:red", ms=5, mew=1.2)
                 mean, half = sub[f"beta_{q}_mean"].values, sub[f"beta_{q}_ci"].values
                 above = sub[f"beta_{q}_above_grid"].values >= 0.5
                 below = sub[f"beta_{q}_below_grid"].values >= 0.5
@@ -208,44 +215,46 @@ class BetaStar(Experiment):
                 on_grid = 1.0 - sub[f"beta_{q}_above_grid"].values - sub[f"beta_{q}_below_grid"].values
                 on = on_grid > 0.5
                 ax.errorbar(n_vals[on], mean[on], yerr=np.nan_to_num(half[on]), fmt="D", color="w", mec="k",
-                            ms=5, ecolor="w", capsize=2)
+                            ms=4, ecolor="w", capsize=2)
                 ax.plot(n_vals[above], np.full(above.sum(), b_edges[-1] * 0.93), "^", color="w", mec="k")
                 ax.plot(n_vals[below], np.full(below.sum(), b_edges[0] * 1.07), "v", color="w", mec="k")
                 ax.set_xlim(n_edges[0], n_edges[-1])
                 ax.set_ylim(b_edges[0], b_edges[-1])
                 log_ticks(ax, "x", n_vals)
                 log_ticks(ax, "y", b_vals)
-                if i == 0:
-                    ax.set_title(f"{att}, H = {H}", fontsize=9)
-                if i == len(rows) - 1:
+                if r == 0:
+                    ax.set_title(f"{att}, H = {H}")
+                if i == axes.shape[0] - 1:
                     ax.set_xlabel("tokens $n$")
                 if j == 0:
-                    what = "every head monotone" if q == "mono" else "time in Radial Dominance"
-                    regime = "closed form derived" if heads == "scalar" else "beyond the closed form"
-                    ax.set_ylabel(f"{heads} heads ({regime})\n{what}\n" + r"inverse temperature $\beta$",
-                                  fontsize=7)
-        cax = fig.add_axes([0.91, 0.35, 0.012, 0.4])
-        fig.colorbar(mesh, cax=cax,
-                     label="fraction of runs (every head monotone)\nor of time (in Radial Dominance)")
+                    what = "heads monotone" if q == "mono" else "in Radial Dom."
+                    regime = "closed form" if heads == "scalar" else "beyond it"
+                    ax.set_ylabel(f"{heads} heads ({regime}):\n{what}; " + r"$\beta$")
+        for ax in axes.flat[len(rows) * len(columns):]:
+            ax.set_visible(False)
+        fig.colorbar(mesh, ax=axes, shrink=0.6, label=wrap("fraction of runs (every head monotone) or of "
+                                                            "time (in Radial Dominance)", 2.6, 8))
         handles = [
             Line2D([], [], color="k", ls="--", label=rf"closed form $\beta^*(H,n)$, $\alpha={alpha:g}$: "
-                   "sufficient at orthogonal tokens,\nequal scalar heads (these runs: uniform tokens)"),
+                   "sufficient at orthogonal tokens, equal scalar heads (these runs: uniform tokens)"),
             Patch(facecolor="none", edgecolor="k", hatch="///",
                   label=r"$\beta^* \leq 0$: no $\beta$ qualifies"),
             Line2D([], [], marker="o", mfc="none", mec="tab:red", ls="", label="orthogonal-token check"),
             Line2D([], [], marker="D", color="w", mec="k", ls="",
-                   label="measured threshold, mean and 95% CI over seeds on the grid:\nrows 1, 3: "
-                         "monotonicity fails above; rows 2, 4: the start leaves RD above"),
+                   label="measured threshold, mean and 95% CI over the seeds on the grid (heads "
+                         "monotone: monotonicity fails above; Radial Dominance: the start leaves it above)"),
             Line2D([], [], marker="^", color="w", mec="k", ls="",
                    label="threshold above the grid (most seeds)"),
             Line2D([], [], marker="v", color="w", mec="k", ls="",
                    label="threshold below the grid (most seeds)"),
         ]
-        fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.45, -0.02))
+        ncol = 2 if width >= 5 else 1
+        for handle in handles:
+            handle.set_label(wrap(handle.get_label(), 0.9 * width / ncol - 0.4))
+        fig.legend(handles=handles, loc="outside lower center", ncol=ncol)
         fixed = self.describe_fixed(spec, ("d", "init", "lambda_dist", "lambda_bar", "t_max"))
-        fig.suptitle("Critical inverse temperature (Thm 19): per-head monotonicity and Radial Dominance "
-                     f"up to the clustering time; {fixed}; seeds={len(ds.seed)}", fontsize=9)
-        fig.subplots_adjust(bottom=0.1, right=0.89, hspace=0.12, wspace=0.08, top=0.93)
+        fig.suptitle(wrap("Critical inverse temperature (Thm 19): per-head monotonicity and Radial Dominance "
+                          f"up to the clustering time; {fixed}; seeds={len(ds.seed)}", 0.95 * width, 9))
         return fig
 
 

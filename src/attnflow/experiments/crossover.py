@@ -161,12 +161,16 @@ class Crossover(Experiment):
         from matplotlib.colors import TwoSlopeNorm
         from matplotlib.lines import Line2D
 
-        from ..plotting import plt
+        from ..plotting import MIN_TEXT, figure_width, plt, wrap
 
         ds = self.with_axes(summary, spec)
         inits = [i for i in ("equiangular_typical", "uniform") if i in ds.init.values]
-        fig, axes = plt.subplots(1, 2, figsize=(13, 5.6), squeeze=False, layout="constrained")
-        axes = axes[0]
+        width = figure_width()
+        side = width >= 5  # the two panels side by side, else one above the other
+        fig, axes = plt.subplots(1 if side else 2, 2 if side else 1, squeeze=False, layout="constrained",
+                                 figsize=(width, 4.8 if side else 8.0))
+        axes = axes.ravel()
+        panel = 0.36 * width if side else 0.6 * width  # an axes, beside the colour bar and the labels
         fine = ds.ratio_closed_fine.transpose("level_fine", "beta_fine").values
         log_ratio = np.log2(fine)
         span = max(float(np.nanmax(np.abs(log_ratio))), 1e-3)
@@ -184,66 +188,69 @@ class Crossover(Experiment):
             pad = 0.25 * np.log(betas.max() / betas.min()) / max(betas.size - 1, 1)
             ax.set_xlim(betas.min() * np.exp(-pad), betas.max() * np.exp(pad))
             g_lo, g_hi = level_axis([levels.min(), levels.max()])
-            ax.set_ylim(g_lo - 0.15 * (g_hi - g_lo), g_hi + 0.1 * (g_hi - g_lo))
+            ax.set_ylim(g_lo - 0.12 * (g_hi - g_lo), g_hi + 0.2 * (g_hi - g_lo))  # room for the labels
             ax.set_xticks(betas, [f"{b:g}" for b in betas])
             ax.minorticks_off()
             ax.set_yticks(level_axis(levels), [f"{g:g}" for g in levels])
             ax.set_xlabel(r"inverse temperature $\beta$")
-            ax.set_ylabel(r"level $\gamma_1$ the mean cosine reaches (axis: $-\log_{10}(1-\gamma_1)$)")
+            if ax is axes[0] or not side:
+                ax.set_ylabel(r"level $\gamma_1$ of the mean cosine" + "\n"
+                              + r"(axis: $-\log_{10}(1-\gamma_1)$)")
             if init not in inits:
-                ax.set_title(f"({letter}) {init}: not in the grid", fontsize=8)
+                ax.set_title(f"({letter}) {init}: not in the grid")
                 continue
             measured = ds.ratio.sel(init=init).transpose("beta", "cluster_threshold").values
             finite = np.isfinite(measured) & (measured > 0)
-            ax.scatter(B[finite], G[finite], c=np.log2(measured[finite]), cmap="RdBu_r", norm=norm, s=70,
+            ax.scatter(B[finite], G[finite], c=np.log2(measured[finite]), cmap="RdBu_r", norm=norm, s=40,
                        edgecolors="k", linewidths=0.8, zorder=3)
             if (~finite).any():
                 # A grey square, not an empty circle: the colour map's middle (ratio 1) is white too.
-                ax.scatter(B[~finite], G[~finite], s=60, marker="s", facecolors="0.55", edgecolors="k",
+                ax.scatter(B[~finite], G[~finite], s=35, marker="s", facecolors="0.55", edgecolors="k",
                            linewidths=0.8, zorder=3)
             annotate = measured.size <= ANNOTATE_CELLS
             missing = ~ds.ran.sel(init=init).transpose("beta", "cluster_threshold").values
             for (i, j), value in np.ndenumerate(measured if annotate else np.empty((0, 0))):
-                text = ("no data" if missing[i, j] else "relu censored" if np.isinf(value)
-                        else "softmax censored" if value == 0 else "both censored" if np.isnan(value)
+                text = ("no data" if missing[i, j] else "relu\ncensored" if np.isinf(value)
+                        else "softmax\ncensored" if value == 0 else "both\ncensored" if np.isnan(value)
                         else f"{value:.3g}")
-                ax.annotate(text, (B[i, j], G[i, j]),
-                            textcoords="offset points", xytext=(0, 7), ha="center", fontsize=6)
+                ax.annotate(text, (B[i, j], G[i, j]), textcoords="offset points", xytext=(0, 5), ha="center",
+                            va="bottom", fontsize=MIN_TEXT, linespacing=0.9)
             if init == "equiangular_typical":
                 censored = int(ds.attrs.get("equiangular_censored", 0))
                 title = ("(a) equiangular start gamma0 = 1/sqrt(d): particles (markers) on the closed "
-                         "form,\n"
-                         f"worst relative gap {ds.attrs['max_rel_error']:.1e}"
+                         f"form, worst relative gap {ds.attrs['max_rel_error']:.1e}"
                          + (f" ({censored} cells short of the level at t_max: grey squares)"
                             if censored else ""))
             else:
                 frozen = ds.frozen_fraction.sel(init=init).transpose("beta", "cluster_threshold").values
                 hit = frozen > 0
-                ax.scatter(B[hit], G[hit], marker="x", s=150, c="k", linewidths=1.2, zorder=4)
+                ax.scatter(B[hit], G[hit], marker="x", s=80, c="k", linewidths=1.0, zorder=4)
                 for (i, j), f in np.ndenumerate(frozen if annotate else np.empty((0, 0))):
                     if f > 0:
-                        ax.annotate(f"{f:.0%} frozen", (B[i, j], G[i, j]), textcoords="offset points",
-                                    xytext=(0, -12), ha="center", fontsize=5.5)
+                        ax.annotate(f"{f:.0%}", (B[i, j], G[i, j]), textcoords="offset points",
+                                    xytext=(0, -5), ha="center", va="top", fontsize=MIN_TEXT)
                 title = (f"(b) uniform random starts (median time over {ds.sizes['seed']} seeds) on the "
-                         "equiangular closed form;\nx: some relu runs froze into several clusters "
+                         "equiangular closed form; x and %: relu runs that froze into several clusters "
                          f"(never reached the level by t_max = {spec.fixed['t_max']:g})")
-            ax.set_title(title, fontsize=8)
-        fig.colorbar(mesh, ax=list(axes), label=r"$\log_2\, T_{relu} / T_{softmax}$ (blue: relu faster)",
-                     shrink=0.9)
+            ax.set_title(wrap(title, panel, 8))
+        fig.colorbar(mesh, ax=list(axes), shrink=0.8, location="right" if side else "bottom",
+                     label=r"$\log_2\, T_{relu} / T_{softmax}$" + ("\n" if side else " ")
+                     + "(blue: relu faster)")
         handles = [Line2D([], [], color="k", lw=1.8, label="closed form: ratio = 1"),
                    Line2D([], [], color="k", marker="+", ls="", label="closed-form crossover beta per level"),
                    Line2D([], [], color="k", marker="o", mfc="0.8", ls="",
                           label="particles (measured ratio)")]
-        axes[0].legend(handles=handles, fontsize=6, loc="lower left")
         if "uniform" in inits:
-            axes[1].legend(handles=[
-                Line2D([], [], color="k", marker="s", mfc="0.55", ls="",
-                       label="grey square: median not reached by t_max (relu: half or more froze)"),
-                Line2D([], [], color="k", marker="x", ls="", label="some relu runs froze")],
-                fontsize=6, loc="lower left")
+            handles += [Line2D([], [], color="k", marker="s", mfc="0.55", ls="",
+                               label="grey square: median not reached by t_max (relu: half or more froze)"),
+                        Line2D([], [], color="k", marker="x", ls="", label="some relu runs froze (share)")]
+        # Under the panels, off the data (the markers fill the panels' corners).
+        for handle in handles:
+            handle.set_label(wrap(handle.get_label(), (0.45 if side else 0.85) * width - 0.4))
+        fig.legend(handles=handles, loc="outside lower center", ncol=2 if side else 1)
         fixed = self.describe_fixed(spec, ("heads", "H", "n", "d", "lambda_bar", "rtol"))
-        fig.suptitle(f"ReLU vs softmax at late times (result 11): T_relu / T_softmax from gamma0 = 1/sqrt(d) "
-                     f"= {ds.attrs['gamma0']:.3g}; {fixed}", fontsize=9)
+        fig.suptitle(wrap(f"ReLU vs softmax at late times (result 11): T_relu / T_softmax from gamma0 = "
+                          f"1/sqrt(d) = {ds.attrs['gamma0']:.3g}; {fixed}", 0.95 * width, 9))
         return fig
 
 

@@ -48,38 +48,47 @@ class EnergyExperiment(Experiment):
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
-        from ..plotting import plt, sns
+        from ..plotting import columns_for, figure_width, plt, sns, wrap
 
         ds = self.with_axes(summary, spec)
         combos = [(h, g) for h in ds.heads.values for g in ds.geometry.values]
-        fig, axes = plt.subplots(2, len(combos), figsize=(3.3 * len(combos), 5.6), squeeze=False,
-                                 sharex=True)
+        # A column per (heads, geometry) while each keeps 1.6 in; more go on a further pair of rows.
+        ncols = columns_for(len(combos), 1.6)
+        pairs = -(-len(combos) // ncols)
+        width = figure_width()
+        fig, axes = plt.subplots(2 * pairs, ncols, figsize=(width, min(3.6 * pairs + 1.0, 9.0)),
+                                 squeeze=False, sharex=True, layout="constrained")
         colors = sns.color_palette(n_colors=ds.sizes["head"])
+        panel = 0.7 * width / ncols  # an axes, beside its tick labels
         for k, (heads, geometry) in enumerate(combos):
             sub = ds.sel(heads=heads, geometry=geometry)
-            top, bottom = axes[0, k], axes[1, k]
+            top, bottom = axes[2 * (k // ncols), k % ncols], axes[2 * (k // ncols) + 1, k % ncols]
             # Changes since t = 0: the total (~1) and each head (~1/H of it) on one axis left the heads'
             # curves flat; their changes are of one size.
             total = sub.energy_total
-            top.plot(ds.time, total - total.isel(time=0), color="k", lw=1.8, label=r"total $E_{multi}$")
+            top.plot(ds.time, total - total.isel(time=0), color="k", lw=1.8,
+                     label=r"total $E_{multi}$" if k == 0 else None)
             for h, color in zip(ds["head"].values, colors, strict=True):
                 head = sub.energy_head.sel(head=h)
-                top.plot(ds.time, head - head.isel(time=0), color=color, label=f"head {h}: $E_{h}$")
-                bottom.plot(ds.time, sub.energy_rate_min.sel(head=h), color=color, label=f"head {h}")
+                top.plot(ds.time, head - head.isel(time=0), color=color,
+                         label=f"head {h}" if k == 0 else None)
+                bottom.plot(ds.time, sub.energy_rate_min.sel(head=h), color=color)
             top.axhline(0.0, color="k", lw=0.8)
             bottom.axhline(0.0, color="k", lw=0.8)
             res, falling = float(sub.thm11_residual), float(sub.frac_head_falling)
-            top.set_title(f"{heads} heads, {geometry}\nThm 11 residual {res:.1e}", fontsize=8)
-            bottom.set_title(f"a head's energy falling: {falling:.0%} of (seed, time)", fontsize=8)
+            top.set_title(wrap(f"{heads} heads, {geometry}\nThm 11 residual {res:.0e}", panel, 8))
+            bottom.set_title(wrap(f"a head's energy falls in {falling:.0%} of (seed, time)", panel, 8))
             bottom.set_xlabel(r"time $t$")
-        axes[0, 0].set_ylabel("energy change since t = 0\n(mean over seeds)")
-        axes[1, 0].set_ylabel(r"min over seeds of $dE_h/dt$")
-        axes[0, 0].legend(fontsize=6)
-        axes[1, 0].legend(fontsize=6)
+        for ax in axes.flat[2 * len(combos):]:
+            ax.set_visible(False)
+        for r in range(pairs):
+            axes[2 * r, 0].set_ylabel("change since t = 0\n(mean over seeds)")
+            axes[2 * r + 1, 0].set_ylabel(r"min over seeds of $dE_h/dt$")
+        # The legend under the panels, off the curves: per-head energies (colours) and the total (black).
+        fig.legend(loc="outside lower center", ncol=ds.sizes["head"] + 1)
         fixed = self.describe_fixed(spec, ("attention", "H", "n", "d", "beta", "t_max"))
-        fig.suptitle(f"Energy (Thm 11, 16-17): total rises everywhere; per-head energy can fall on the "
-                     f"sphere; {fixed}", fontsize=9)
-        fig.tight_layout()
+        fig.suptitle(wrap(f"Energy (Thm 11, 16-17): the total rises everywhere; a head's own energy can fall "
+                          f"on the sphere; {fixed}", 0.95 * width, 9))
         return fig
 
 

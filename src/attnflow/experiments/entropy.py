@@ -60,27 +60,37 @@ class EntropyExperiment(Experiment):
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
-        from ..plotting import sns
+        from ..plotting import columns_for, figure_width, plt, sns, wrap
 
         ds = self.with_axes(summary, spec)
-        df = ds.entropy.to_dataframe().reset_index()
-        grid = sns.relplot(data=df, x="time", y="entropy", hue="beta", col="n", kind="line",
-                           height=2.8, aspect=1.3, palette="viridis")
-        for n, ax in grid.axes_dict.items():
+        ns = [int(n) for n in ds.n.values]
+        width = figure_width()
+        ncols = columns_for(len(ns), 2.2)
+        nrows = -(-len(ns) // ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, min(2.4 * nrows + 1.0, 9.0)), squeeze=False,
+                                 sharey=True, layout="constrained")
+        colours = sns.color_palette("viridis", n_colors=ds.sizes["beta"])
+        panel = 0.95 * width / ncols
+        for k, n in enumerate(ns):
+            ax = axes[k // ncols, k % ncols]
+            for beta, colour in zip(ds.beta.values, colours, strict=True):
+                ax.plot(ds.time, ds.entropy.sel(n=n, beta=beta), color=colour,
+                        label=rf"$\beta$ = {beta:g}" if k == 0 else None)
             # Under the curves: the beta = 1 curve sits on log n almost from the start.
-            limit = ax.axhline(np.log(n), color="0.45", ls="--", lw=1.2, zorder=0, label=r"$\log n$")
+            ax.axhline(np.log(n), color="0.45", ls="--", lw=1.2, zorder=0,
+                       label=r"$\log n$" if k == 0 else None)
             res = float(ds.thm27_residual.sel(n=n).max())
-            ax.set_title(f"n={n}; Thm 27 relative residual {res:.1e}", fontsize=8)
-            ax.legend(handles=[limit], fontsize=6, loc="lower right")  # beta: the figure's legend
-        # Three short lines, not two long ones: the label must not outgrow the panel's height, or with one
-        # panel (a figure no wider than it) it runs into the title above.
-        grid.set_axis_labels(r"time $t$", "attention entropy (nat),\n"
-                                          "mean of $H^h_i$ over\nseeds, heads, tokens")
+            ax.set_title(wrap(f"n = {n}; Thm 27 relative residual {res:.1e}", panel, 8))
+            ax.set_xlabel(r"time $t$")
+            if k % ncols == 0:
+                ax.set_ylabel("attention entropy (nat),\nmean over seeds,\nheads and tokens")
+        for ax in axes.flat[len(ns):]:
+            ax.set_visible(False)
+        fig.legend(loc="outside right center")  # off the curves, which fill their panels
         fixed = self.describe_fixed(spec, ("attention", "heads", "H", "d", "init", "gamma0"))
-        grid.figure.suptitle(f"Entropy production (Thm 27); {fixed}\n"
-                             "residual: exact rate integrated (Simpson) vs stored entropy change",
-                             y=1.08, fontsize=9)
-        return grid.figure
+        fig.suptitle(wrap(f"Entropy production (Thm 27); {fixed}; residual: the exact rate integrated "
+                          "(Simpson) against the stored entropy change", 0.95 * width, 9))
+        return fig
 
 
 EXPERIMENT = EntropyExperiment()

@@ -48,14 +48,15 @@ class Superadditivity(Experiment):
                "Rows: equiangular start (where the theorem lives) and uniform random starts (median of "
                "the per-seed ratio, same tokens for both); columns: spread. Black: measured ratio = 1; "
                "dashed: the early-time boundary lambda_c(beta); hatched: the early-rate prediction "
-               "sum phi(lambda_h) > H phi(lambda_bar); green dotted (top row): ratio = 1 of the closed-form "
-               "time integral of the equiangular ODE.")
+               "sum phi(lambda_h) > H phi(lambda_bar); wide pale green under the black line (top row): ratio "
+               "= 1 of the closed-form time integral of the equiangular ODE.")
     reading = ("Thm 22 predicts the sign of the early clustering rate: unequal heads start faster where "
                "phi is convex (right of the dashed lambda_c curve, or exactly in the hatched region for "
                "the spread shown). The colour measures the whole run. On equiangular tokens it agrees "
-               "with the closed-form time integral (green dotted contour on the black one); how far the "
-               "black contour sits from the hatched region shows how much the early-time statement says "
-               "about the full clustering time, and the bottom row how far it carries to random tokens.")
+               "with the closed-form time integral (the black contour runs along the wide green one); "
+               "how far the black contour sits from the hatched region shows how much the early-time "
+               "statement says about the full clustering time, and the bottom row how far it carries to "
+               "random tokens.")
 
     refine_axis = "beta"
 
@@ -129,12 +130,28 @@ class Superadditivity(Experiment):
         from matplotlib.patches import Patch
         from matplotlib.patheffects import withStroke
 
-        from ..plotting import log_edges, log_ticks, plain_labels, plt
+        from ..plotting import (
+            MIN_TEXT,
+            columns_for,
+            figure_width,
+            log_edges,
+            log_ticks,
+            plain_labels,
+            plt,
+            wrap,
+        )
 
         ds = self.with_axes(summary, spec)
         inits, spreads = list(ds.init.values), list(ds.spread.values)
-        fig, axes = plt.subplots(len(inits), len(spreads), squeeze=False, sharex=True, sharey=True,
-                                 figsize=(3.6 * len(spreads) + 1.4, 3.2 * len(inits)))
+        # The spreads side by side while each panel keeps 1.6 in, else in further blocks of rows.
+        width = figure_width()
+        ncols = columns_for(len(spreads), 1.6)
+        blocks = -(-len(spreads) // ncols)
+        nrows = len(inits) * blocks
+        fig, axes = plt.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True, layout="constrained",
+                                 figsize=(width, min(2.3 * nrows + 2.0, 9.0)))
+        for ax in axes.flat[len(inits) * len(spreads):]:
+            ax.set_visible(False)
         lam_vals, b_vals = ds.lambda_bar.values.astype(float), ds.beta.values.astype(float)
         lam_edges, b_edges = log_edges(lam_vals), log_edges(b_vals)
         n, H = ds.attrs["n"], ds.attrs["H"]
@@ -146,8 +163,9 @@ class Superadditivity(Experiment):
         span = max(float(np.max(np.abs(np.log10(finite)))) if finite.size else 1.0, 0.05)
         norm = LogNorm(vmin=10 ** -span, vmax=10**span)
         mesh = None
-        for i, init in enumerate(inits):
-            for j, spread in enumerate(spreads):
+        for r, init in enumerate(inits):
+            for c, spread in enumerate(spreads):
+                i, j = (c // ncols) * len(inits) + r, c % ncols
                 ax = axes[i, j]
                 sub = ds.sel(init=init, spread=spread)
                 ratio = sub.ratio.transpose("beta", "lambda_bar").values
@@ -158,12 +176,13 @@ class Superadditivity(Experiment):
                     colour = _mark_colour(mesh, shown[bi, li])
                     # A halo of the other colour keeps it legible under the hatching and the contours.
                     halo = withStroke(linewidth=2, foreground="k" if colour == "w" else "w")
-                    ax.text(lam_vals[li], b_vals[bi], "c", ha="center", va="center", fontsize=8,
+                    ax.text(lam_vals[li], b_vals[bi], "c", ha="center", va="center", fontsize=MIN_TEXT + 1,
                             color=colour, fontweight="bold", path_effects=[halo])
                 lg, bg = np.meshgrid(lam_vals, b_vals)
                 log_ratio = np.log(np.clip(np.nan_to_num(ratio, nan=1.0), 1e-6, 1e6))
                 if log_ratio.min() < 0 < log_ratio.max():
-                    ax.contour(lg, bg, log_ratio, levels=[0.0], colors="k", linewidths=1.6)
+                    # Above everything else: the measurement is what the closed forms are read against.
+                    ax.contour(lg, bg, log_ratio, levels=[0.0], colors="k", linewidths=1.4, zorder=5)
                 sign = theory.early_sign(linear_strengths(lf, spread, H), bf, n)
                 with plt.rc_context({"hatch.color": "0.15"}):  # the theme's white hatch hid on pale cells
                     ax.contourf(lf, bf, sign, levels=[0.5, 2], colors="none", hatches=["////"])
@@ -171,22 +190,23 @@ class Superadditivity(Experiment):
                 if init.startswith("equiangular"):
                     closed = sub.ratio_closed.transpose("beta", "lambda_bar").values
                     if np.nanmin(closed) < 1 < np.nanmax(closed):
-                        # Its own colour: it lies on the measured contour where the two agree.
-                        ax.contour(lg, bg, np.log(closed), levels=[0.0], colors=CLOSED_COLOUR, linewidths=1.6,
-                                   linestyles=":")
+                        # Wide and pale under the measured contour: where the two agree the black line
+                        # runs along its middle, and both stay visible.
+                        ax.contour(lg, bg, np.log(closed), levels=[0.0], colors=CLOSED_COLOUR, linewidths=4.0,
+                                   alpha=0.6, zorder=4)
                 ax.plot(theory.lambda_c(b_fine, n), b_fine, "k--", lw=1.2)
                 ax.set_xlim(lam_edges[0], lam_edges[-1])
                 ax.set_ylim(b_edges[0], b_edges[-1])
                 log_ticks(ax, "x", lam_vals)
                 log_ticks(ax, "y", b_vals)
                 where = "equiangular start" if init.startswith("equiangular") else f"{init} start"
-                ax.set_title(f"{where}, spread {spread:g}", fontsize=8)
-                if i == len(inits) - 1:
+                ax.set_title(wrap(f"{where}, spread {spread:g}", 0.95 * width / ncols, 8))
+                if i == nrows - 1:
                     ax.set_xlabel(r"mean head strength $\bar\lambda$")
                 if j == 0:
                     ax.set_ylabel(r"inverse temperature $\beta$")
-        cax = fig.add_axes([0.9, 0.3, 0.013, 0.45])
-        bar = fig.colorbar(mesh, cax=cax, label=r"$T_{equal} / T_{unequal}$ (> 1: unequal heads faster)")
+        bar = fig.colorbar(mesh, ax=axes, shrink=0.7,
+                           label=r"$T_{equal} / T_{unequal}$" + "\n(> 1: unequal heads faster)")
         # Plain numbers at 1, 2, 3, 5 per decade (not 4x10^0), and no crowded minor labels.
         ticks = [m * 10.0**e for e in range(-3, 4) for m in (1, 2, 3, 5)
                  if norm.vmin <= m * 10.0**e <= norm.vmax]
@@ -198,19 +218,21 @@ class Superadditivity(Experiment):
             Patch(facecolor="none", edgecolor="0.15", hatch="///",
                   label=r"early-rate prediction $\sum\phi(\lambda_h) > H\phi(\bar\lambda)$"
                         " (thin grey: its edge)"),
-            Line2D([], [], color=CLOSED_COLOUR, ls=":", lw=1.6,
-                   label="closed-form time ratio = 1 (equiangular ODE, top row;\n"
-                         "on the black line where they agree)"),
+            Line2D([], [], color=CLOSED_COLOUR, lw=4.0, alpha=0.6,
+                   label="closed-form time ratio = 1 (equiangular ODE, equiangular starts; "
+                         "under the black line where they agree)"),
             Line2D([], [], marker="$c$", color="k", ls="",
-                   label="some runs censored (not clustered by t_max);\n"
+                   label="some runs censored (not clustered by t_max); "
                          "on a blank cell: all runs, with either strength distribution"),
         ]
-        fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.45, -0.06))
+        ncol = 2 if width >= 5 else 1
+        for handle in handles:
+            handle.set_label(wrap(handle.get_label(), 0.9 * width / ncol - 0.4))
+        fig.legend(handles=handles, loc="outside lower center", ncol=ncol)
         fixed = self.describe_fixed(spec, ("attention", "heads", "H", "n", "d", "gamma0",
                                            "cluster_threshold"))
-        fig.suptitle(f"Super-additivity of unequal heads (Thm 22): clustering time to epsilon <= "
-                     f"{spec.fixed.get('cluster_threshold')}; {fixed}", fontsize=9)
-        fig.subplots_adjust(bottom=0.16, right=0.87, hspace=0.25, wspace=0.08)
+        fig.suptitle(wrap(f"Super-additivity of unequal heads (Thm 22): clustering time to epsilon <= "
+                          f"{spec.fixed.get('cluster_threshold')}; {fixed}", 0.95 * width, 9))
         return fig
 
 

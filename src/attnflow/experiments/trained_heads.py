@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import xarray as xr
 
@@ -132,12 +134,22 @@ class TrainedHeads(Experiment):
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
         from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
 
-        from ..plotting import log_edges, log_ticks, plt
+        from ..plotting import MIN_TEXT, figure_width, log_edges, log_ticks, plt, wrap
 
         ds = self.with_axes(summary, spec)
         layers = [int(v) for v in ds.layer.values]
-        fig, axes = plt.subplots(2, 3, figsize=(15, 9))
+        width = figure_width()
+        # Three columns (the trained heads' geometry, then the two head sets' maps) while each keeps 1.8 in;
+        # else the maps go under the geometry, two columns.
+        wide = width >= 5.4
+        if wide:
+            fig, axes = plt.subplots(2, 3, squeeze=False, layout="constrained", figsize=(width, 5.4))
+        else:  # (a, b) on the first row, the maps under them: a 2 x 3 view of a 3 x 2 layout
+            fig, grid = plt.subplots(3, 2, squeeze=False, layout="constrained", figsize=(width, 8.5))
+            axes = np.array([[grid[0, 0], grid[1, 0], grid[1, 1]], [grid[0, 1], grid[2, 0], grid[2, 1]]])
+        panel = 0.9 * width / 3 if wide else 0.33 * width
         ax = axes[0, 0]
         ax.axhspan(70, 85, color="tab:green", alpha=0.15, label="70-85 degrees (the paper)")
         ax.violinplot([ds.principal_angle.sel(layer=L).values for L in layers], positions=layers,
@@ -147,18 +159,17 @@ class TrainedHeads(Experiment):
             values = ds.principal_angle.sel(layer=L).values
             ticks.append(f"{L}\nmedian {np.median(values):.0f}\np10 {np.percentile(values, 10):.0f}\n"
                          f"min {values.min():.0f}")
-        ax.set_xticks(layers, ticks, fontsize=6)
+        ax.set_xticks(layers, ticks, fontsize=MIN_TEXT)
         ax.set_ylim(0, 92)
         ax.set_xlabel("layer")
-        ax.set_ylabel("principal angle between query subspaces (degrees)")
-        ax.set_title("(a) how orthogonal are trained heads?", fontsize=8)
-        ax.legend(fontsize=6, loc="lower right")
+        ax.set_ylabel("principal angle between\nquery subspaces (degrees)")
+        ax.set_title(wrap("(a) how orthogonal are trained heads?", panel, 8))
         ax = axes[1, 0]
         ax.boxplot([ds.cross_norm.sel(layer=L).values for L in layers], positions=layers, widths=0.6)
         ax.set_xticks(layers)
         ax.set_xlabel("layer")
         ax.set_ylabel(r"$\|M_{h'} M_h\|_{op} / (\|M_{h'}\| \|M_h\|)$")
-        ax.set_title("(b) overlap between heads (0: orthogonal, Thm 39 needs it small)", fontsize=8)
+        ax.set_title(wrap("(b) overlap between heads (0: orthogonal, Thm 39 needs it small)", panel, 8))
 
         b_vals = ds.beta.values.astype(float)
         b_edges = log_edges(b_vals)
@@ -184,22 +195,27 @@ class TrainedHeads(Experiment):
                 log_ticks(ax, "y", b_vals)
                 ax.set_ylim(b_edges[0], b_edges[-1])
                 ax.set_xlabel("layer")
-                ax.set_ylabel(r"inverse temperature $\beta$")
+                ax.set_ylabel(r"inverse temperature $\beta$" if wide else r"$\beta$")
                 letter = "cdef"[(col - 1) * 2 + row]
                 label = "trained heads" if heads == "trained" else "orthogonal heads, equal strength"
-                ax.set_title(f"({letter}) {label}: {what}", fontsize=8)
-        cax = fig.add_axes([0.92, 0.3, 0.012, 0.4])
-        fig.colorbar(mesh, cax=cax, label="fraction of runs / of time")
-        axes[0, 1].legend(handles=[Line2D([], [], marker="D", color="w", mec="k", ls="",
-                                          label="measured threshold (mean over seeds)"),
-                                   Line2D([], [], marker="^", color="w", mec="k", ls="",
-                                          label="above the grid"),
-                                   Line2D([], [], marker="v", color="w", mec="k", ls="",
-                                          label="fails already at the smallest beta")],
-                           fontsize=6, loc="lower right")
-        fixed = self.describe_fixed(spec, ("weights", "n", "init", "values"))
-        fig.suptitle(f"Trained heads (Thm 19, 39): {fixed}; seeds={len(ds.seed)}", fontsize=9)
-        fig.subplots_adjust(right=0.9, hspace=0.42, wspace=0.25)
+                ax.set_title(wrap(f"({letter}) {label}: {what}", panel, 8))
+        if wide:
+            fig.colorbar(mesh, ax=[axes[0, 2], axes[1, 2]], shrink=0.7, label="fraction of runs / of time")
+        else:
+            fig.colorbar(mesh, ax=list(axes[:, 1:].ravel()), location="bottom", shrink=0.8,
+                         label="fraction of runs / of time")
+        # Under the panels, off the maps.
+        fig.legend(handles=[Patch(color="tab:green", alpha=0.15, label="(a) 70-85 degrees (the paper)"),
+                            Line2D([], [], marker="D", color="w", mec="k", ls="",
+                                   label="(c, e) measured threshold (mean over seeds)"),
+                            Line2D([], [], marker="^", color="w", mec="k", ls="", label="above the grid"),
+                            Line2D([], [], marker="v", color="w", mec="k", ls="",
+                                   label="fails already at the smallest beta")],
+                   loc="outside lower center", ncol=2 if wide else 1)
+        # The weights by their file's name: a path is one word no line break can split.
+        weights = Path(str(spec.fixed.get("weights", ""))).name
+        fixed = ", ".join([f"weights={weights}", self.describe_fixed(spec, ("n", "init", "values"))])
+        fig.suptitle(wrap(f"Trained heads (Thm 19, 39): {fixed}; seeds={len(ds.seed)}", 0.95 * width, 9))
         return fig
 
 
