@@ -315,6 +315,12 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
                                     "fraction of seeds whose total energy rate is >= 0 at every sample"),
         "energy_residual": Meta("1", "energy identity residual",
                                 "max over seeds and samples of |sum_h dE_h/dt - kinetic| / max kinetic"),
+        "energy_residual_bound": Meta("1", "round-off bound of the residual",
+                                      "largest over seeds of the float64 round-off bound (n + d) eps R of "
+                                      "the residual, R the radial-to-tangential ratio of the heads' outputs"),
+        "energy_residual_excess": Meta("1", "residual over its round-off bound",
+                                       "largest over seeds of energy_residual / energy_residual_bound (<= 1: "
+                                       "the identity holds to round-off)"),
         "frac_heads_monotone": Meta("1", "fraction of runs with every head monotone",
                                     "fraction of seeds with every head's energy rate >= 0 at every sample"),
         "t_cluster_median": Meta(TIME_UNITS, "median clustering time",
