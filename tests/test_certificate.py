@@ -152,3 +152,24 @@ def test_the_certificate_bounds_every_seed(name):
     from attnflow.numerics import CERTIFICATE_BOUND
 
     assert errors.max() <= ds.attrs["certificate_error"] <= CERTIFICATE_BOUND, name
+
+
+def test_every_seed_is_rerun_and_the_certificate_is_off_on_request():
+    cell = Cell(seeds=5, t_max=2.0)
+    ds = simulate(cell)
+    assert ds.attrs["certificate_seeds"] == 5 and ds.certificate_error.dims == ("seed",)
+    assert np.all(ds.certificate_error.values > 0)
+    assert ds.attrs["certificate_error"] == ds.certificate_error.values.max()
+    worst = int(np.argmax(ds.certificate_error.values))
+    assert ds.attrs["certificate_seed"] == cell.seeds[worst] and ds.attrs["certificate_variable"]
+    off = simulate(cell, certify=False)
+    assert "certificate_error" not in off.attrs and "certificate_error" not in off
+
+
+def test_seed_deviation_conventions():
+    got = np.array([[1.0, 2.0], [np.nan, 1.0], [1e-20, 0.0]])
+    ref = np.array([[1.0, 2.5], [1.0, 1.5], [0.0, 0.0]])
+    np.testing.assert_allclose(seed_deviations(got, ref), [0.2, 1 / 3, 1e-8])  # scale floored at 1e-12
+    # t_cluster: clustered in one run only counts 1; censored in both counts 0.
+    np.testing.assert_array_equal(seed_deviations([[np.nan], [np.nan]], [[1.0], [np.nan]], censoring=True),
+                                  [1.0, 0.0])
