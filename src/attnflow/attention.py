@@ -7,7 +7,8 @@ A declaration says everything the rest of attnflow needs from a type:
 - the observables: which energy it is the gradient flow of, if any
   (``Energy``), and which distribution its attention entropy measures
   (``Entropy``);
-- the cost model: how its step count grows with ``s = beta ||M_h||``.
+- the cost model: how its step count grows with ``s = beta ||M_h||``;
+- the accuracy certificate: whether its field is smooth (``smooth``).
 
 Each rule is an enum whose members the engine implements, one branch each;
 ``attnflow.engine.check_compiled`` refuses a declaration whose rule has no
@@ -81,6 +82,10 @@ class AttentionType:
     stiffness: Callable[[float], float]  # relative step count against s = beta ||M_h|| (cost model)
     formula: str  # the weights w^h_ij, as in docs/model.md
     description: str
+    # The field is smooth in the tokens. Not so (relu's kink where a score changes sign), a step across
+    # the kink has an error its embedded estimate understates, and the error stops following the
+    # tolerance: the accuracy certificate then compares with a tighter run (simulation._certificate).
+    smooth: bool
 
     @property
     def velocity(self) -> str:
@@ -91,23 +96,23 @@ ATTENTIONS: Registry[AttentionType] = Registry("attention", [
     AttentionType(
         "softmax", Weights.SOFTMAX, True, False, Energy.EXP, False, Entropy.SOFTMAX, _logarithmic,
         "softmax_j(beta s^h_ij)",
-        "normalised attention; the paper's quantitative results (Thm 19, 22, 25, 27)",
+        "normalised attention; the paper's quantitative results (Thm 19, 22, 25, 27)", smooth=True,
     ),
     AttentionType(
         "usa", Weights.EXP, False, True, Energy.EXP, True, Entropy.SOFTMAX, _exponential,
         "exp(beta s^h_ij)",
-        "unnormalised attention, the paper's gradient-flow framework (Thm 11, 16-17, 39)",
+        "unnormalised attention, the paper's gradient-flow framework (Thm 11, 16-17, 39)", smooth=True,
     ),
     AttentionType(
         "relu", Weights.RELU, False, False, Energy.EXP, False, Entropy.SOFTMAX, _logarithmic,
         "max(beta s^h_ij, 0) / n",
-        "ReLU attention: no drive between orthogonal tokens (Thm 25)",
+        "ReLU attention: no drive between orthogonal tokens (Thm 25)", smooth=False,
     ),
     AttentionType(
         "sigmoid", Weights.SIGMOID, False, False, Energy.SOFTPLUS, True, Entropy.SIGMOID, _linear,
         "sigma(beta s^h_ij - log n)",
         "sigmoid attention with the bias -log n (Ramapuram et al. 2024): a gradient flow of the softplus "
-        "energy (result 8); entropy of the row-normalised weights",
+        "energy (result 8); entropy of the row-normalised weights", smooth=True,
     ),
 ])
 

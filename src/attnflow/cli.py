@@ -111,7 +111,8 @@ def _status(args) -> int:
     for name, cells in uncertified(sweep, args.certificate_bound).items():
         for cid, value in cells.items():
             print(f"uncertified {name}/{cid}: certificate_error {value:.3g} > {args.certificate_bound:g} "
-                  "(a rerun at a 100x tighter tolerance moves a recorded variable that much)")
+                  "(its worst seed's bound on the error of a recorded variable, relative to its scale: "
+                  "tighten the block's rtol)")
     # During a run: the share done and an ETA per experiment (attnflow.progress).
     from .progress import progress, render
 
@@ -296,7 +297,8 @@ def _parser() -> argparse.ArgumentParser:
                              "check of sizes and times at every start cannot see)")
     status.add_argument("--cores", type=_positive, help="cores the run uses, for its ETA (default: all here)")
     status.add_argument("--certificate-bound", type=_bound, default=CERTIFICATE_BOUND, metavar="BOUND",
-                        help="flag finished stores whose accuracy certificate exceeds this (default "
+                        help="flag finished stores whose accuracy certificate (the worst seed's) "
+                             "exceeds this (default "
                              f"{CERTIFICATE_BOUND:g})")
     status.set_defaults(func=_status)
     schema = _command(commands, "schema", "the config's JSON schema (YAML), generated from Cell and the "

@@ -29,8 +29,8 @@ def certificate_line(summary: xr.Dataset) -> str:
     unknown = int(summary.attrs.get("certificate_uncertified", 0))
     if worst is None:
         return "accuracy certificate: none (stores written before certificates)"
-    text = (f"accuracy certificate: worst deviation {float(worst):.1e} of a recorded variable, relative "
-            "to its scale, from a rerun of the first seeds at a 100x tighter tolerance")
+    text = (f"accuracy certificate: error of a recorded variable at most {float(worst):.1e} of its scale, "
+            "every seed (each rerun at another tolerance)")
     if not float(worst) <= CERTIFICATE_BOUND:  # NaN included
         text += f" (above {CERTIFICATE_BOUND:g}: uncertified; `attnflow status` names the cells)"
     return text + (f"; {unknown} stores without one" if unknown else "")
