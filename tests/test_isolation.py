@@ -187,7 +187,7 @@ def test_two_configs_in_turn_leave_each_other_alone(tmp_path, monkeypatch):
     # whose manifests record other cells run, and the figure is redrawn; never "Nothing to be done".
     copy = tmp_path / "copy"
     copy.mkdir()
-    assert planned(copy, other, "--config", "share_results=true") == \
+    assert planned(copy, other, "--config", "share_results=True") == \
         {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
 
 

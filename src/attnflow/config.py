@@ -50,7 +50,7 @@ TOP_LEVEL = {
     "share_results": (False, "run on a results directory another config ran on, taking it over: its batches "
                              "of the same name lose the other config's cells, its summaries and figures are "
                              "rebuilt from this config (without it such a run is refused, naming what it "
-                             "would drop)"),
+                             "would drop); on the command line: snakemake --config share_results=True"),
     "dask_scheduler": ("threads", "aggregation scheduler: threads, synchronous, distributed (a local "
                                   "dask.distributed cluster) or the address tcp://host:port of a running "
                                   "scheduler"),

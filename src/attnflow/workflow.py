@@ -107,7 +107,7 @@ def foreign_owner(sweep: Sweep, configfile: str | Path | None) -> str | None:
             f"{str(owner.get('config_sha256'))[:12]}, recorded in {sweep.layout.owner}); {name} running "
             f"there would drop {what}. Give {name} its own `results:` (or leave it out: results/<its file "
             f"name>), or take the directory over with `share_results: true` in it or "
-            f"`--config share_results=true`, or delete {sweep.results}")
+            f"`--config share_results=True`, or delete {sweep.results}")
 
 
 class ResultsBusy(RuntimeError):
