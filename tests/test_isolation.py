@@ -149,13 +149,19 @@ def _outputs(results):
 
 
 @pytest.mark.workflow
-def test_two_configs_in_turn_leave_each_other_alone(tmp_path, monkeypatch):
+def test_two_configs_in_turn_leave_each_other_alone(beta_star_run, tmp_path, monkeypatch):
+    from attnflow.workflow import claim_results
+
     monkeypatch.chdir(tmp_path)  # where the configs' results/<name> directories are (Snakemake's --directory)
     # Default-like and paper-like: the same experiment and batch names (H, n, attention, heads), other
     # beta values, neither naming `results`: results/default and results/paper in one working copy.
     default = _without_results(tmp_path / "default.yaml")
     paper = _without_results(tmp_path / "paper.yaml", **{"experiments.beta_star.grid.beta": [0.5, 1.0, 2.0]})
-    run(tmp_path, default)
+    # The default's run: the session's run of the same grids, copied in (times kept) and claimed as a
+    # run of default.yaml claims it.
+    shutil.copytree(beta_star_run[2], tmp_path / "results" / "default")
+    claim_results(load_sweep(default), default)
+    assert planned(tmp_path, default) == {}
     before = _outputs(tmp_path / "results" / "default")
     run(tmp_path, paper)
     assert _outputs(tmp_path / "results" / "default") == before
