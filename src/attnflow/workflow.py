@@ -312,25 +312,32 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
     manifest's time, which the retry renews.
     """
     found = {}
+    summarised = None  # the batches current summaries were built from: looked for once, if needed
     for batch in sweep.batches:
         record = read_manifest(sweep, batch)
-        problems = orphan_health(sweep, batch, checksums) if record is None else \
-            batch_health(sweep, batch, record, checksums)
+        if record is None:
+            summarised = _summarised_batches(sweep) if summarised is None else summarised
+            problems = orphan_health(sweep, batch, checksums, summarised)
+        else:
+            problems = batch_health(sweep, batch, record, checksums)
         if problems:
             found[batch] = problems
     return found
 
 
-def orphan_health(sweep: Sweep, batch: str, checksums: bool = False) -> list[tuple[str, StoreState]]:
+def orphan_health(sweep: Sweep, batch: str, checksums: bool = False,
+                  summarised: set[str] | None = None) -> list[tuple[str, StoreState]]:
     """A batch without a manifest that ran before (its store, a killed job's checkpoints or a summary
     built from it are there): what is wrong with its store, as ``batch_health`` says it. Snakemake deletes
     the manifest of a job that failed or was killed, so nothing else remembers that this batch needs
     its job: without a ticket a store missing or damaged then is never recomputed. A store holding
-    every cell of the batch is left to ``outdated_summaries``; a batch that never ran has nothing wrong."""
+    every cell of the batch is left to ``outdated_summaries``; a batch that never ran has nothing wrong.
+    ``summarised``: ``_summarised_batches(sweep)``, if the caller has it."""
     store = sweep.layout.store(batch)
     if not store.exists() and not store.is_symlink():
+        ran = _ran_before(sweep, batch, _summarised_batches(sweep) if summarised is None else summarised)
         return [(str(store), StoreState("missing", "and its manifest too (Snakemake deletes a failed or "
-                                                   "killed job's)"))] if _ran_before(sweep, batch) else []
+                                                   "killed job's)"))] if ran else []
     state = verify_batch(store, checksums=checksums)
     if not state.ok:
         return [(str(store), StoreState(state.status, f"{state.detail}; its manifest is missing",
@@ -344,22 +351,30 @@ def orphan_health(sweep: Sweep, batch: str, checksums: bool = False) -> list[tup
     return []
 
 
-def _ran_before(sweep: Sweep, batch: str) -> bool:
+def _summarised_batches(sweep: Sweep) -> set[str]:
+    """The batches of every experiment whose summary on disk was built from this config's very grid
+    (one metadata read per summary; none without summaries)."""
+    out: set[str] = set()
+    for name, spec in sweep.specs.items():
+        if root_attrs(sweep.layout.summary(name)).get("experiment_spec") == spec.to_json():
+            out.update(sweep.batches_of(name))
+    return out
+
+
+def _ran_before(sweep: Sweep, batch: str, summarised: set[str]) -> bool:
     """Whether a batch with neither manifest nor store ran before: a killed job left checkpoints, or a
-    summary on disk was built from this config's very grid (so from this batch's cells). A batch that
-    never ran (a value added to an axis) runs anyway; a ticket for it would only rerun it later for
-    nothing if that edit is undone."""
-    return sweep.layout.pending(batch).exists() or any(
-        root_attrs(sweep.layout.summary(name)).get("experiment_spec") == spec.to_json()
-        for name, spec in sweep.specs.items() if batch in sweep.batches_of(name))
+    summary on disk was built from this config's very grid, so from this batch's cells (``summarised``:
+    ``_summarised_batches``). A batch that never ran (a value added to an axis) runs anyway; a ticket
+    for it would only rerun it later for nothing if that edit is undone."""
+    return batch in summarised or sweep.layout.pending(batch).exists()
 
 
-def _orphaned(sweep: Sweep, batch: str) -> bool:
+def _orphaned(sweep: Sweep, batch: str, summarised: set[str]) -> bool:
     """A batch that ran (``_ran_before``, or its store is there) but whose manifest is gone."""
     if sweep.layout.manifest(batch).exists():
         return False
     store = sweep.layout.store(batch)
-    return store.exists() or store.is_symlink() or _ran_before(sweep, batch)
+    return store.exists() or store.is_symlink() or _ran_before(sweep, batch, summarised)
 
 
 def _runs_anyway(sweep: Sweep, batch: str) -> bool:
@@ -461,12 +476,13 @@ def outdated_summaries(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
     (``issue_summary_tickets``).
     """
     found = {}
+    summarised = _summarised_batches(sweep)
     for name, spec in sweep.specs.items():
         summary = sweep.layout.summary(name)
         if summary.exists():
             state = verify(summary, checksums=checksums, expect=summary_versions(sweep.experiments.get(name)))
             batches = sweep.batches_of(name)
-            gone = [b for b in batches if _orphaned(sweep, b)]
+            gone = [b for b in batches if _orphaned(sweep, b, summarised)]
             if not state.ok:
                 found[name] = f"{state.status} ({state.detail})"
             elif gone:
