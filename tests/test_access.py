@@ -118,9 +118,11 @@ def test_the_build_command_an_error_names_is_one_snakemake_runs(tmp_path):
     assert "aggregate" in proc.stdout + proc.stderr
 
 
-def test_open_summary_warns_when_the_config_changed_since(tiny_run, tmp_path):
+def test_open_summary_refuses_a_summary_of_another_grid(tiny_run, tmp_path):
+    from attnflow.access import OutdatedSummary
+
     _, _, results = tiny_run
     edited = write_config(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"]})
-    with pytest.warns(UserWarning, match=r"built from another block of this experiment \(grid or"):
-        summary = attnflow.open_summary("energy", configfile=edited, results=results)
-    assert set(summary.geometry.values) == {"sphere", "flat"}  # what is on disk, with the warning
+    # The summary on disk holds sphere and flat: not this grid's numbers, so never served (issue 39.1).
+    with pytest.raises(OutdatedSummary, match=r"built from another grid .*`snakemake .* --configfile"):
+        attnflow.open_summary("energy", configfile=edited, results=results)

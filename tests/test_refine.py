@@ -1,10 +1,13 @@
 """Grids that refine themselves: attnflow refine brackets a known boundary and computes only new cells."""
 
+import json
+
 import numpy as np
 import pytest
 import yaml
 from sweep_helpers import ENV, ROOT, planned, write_config
 
+import attnflow
 from attnflow import theory
 from attnflow.config import load, validate
 from attnflow.experiments import registry
@@ -20,7 +23,8 @@ ROUNDS = 4
 @pytest.fixture(scope="module")
 def refined(tmp_path_factory):
     """``attnflow refine`` run for ROUNDS rounds on a toy grid with two lines (n = 8, 12), each line
-    one batch (``batch_over: [beta]``): (workdir, refined config). The tests only read it."""
+    one batch (``batch_over: [beta]``): (workdir, config, record of the refined points). The tests only
+    read it."""
     tmp_path = tmp_path_factory.mktemp("refine")
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setenv("PYTHONPATH", ENV["PYTHONPATH"])
@@ -30,18 +34,21 @@ def refined(tmp_path_factory):
             "experiments": {"toy_margin": {"fixed": {"d": 12}, "grid": {"beta": [0.25, 1.0], "n": [8, 12]},
                                            "batch_over": ["beta"]}},
         })
+        text = config.read_text()
         out = refine(config, "toy_margin", rounds=ROUNDS,
                      snakemake_args=["--cores", "2", "--directory", str(tmp_path)], log=lambda *_: None)
-    return tmp_path, out
+        assert config.read_text() == text  # the config is never written
+    return tmp_path, config, out
 
 
 def test_refinement_reaches_a_known_threshold(refined):
-    tmp_path, out = refined
-    config = load(out)
+    tmp_path, config, out = refined
+    assert out == tmp_path / "results" / "refinement.json"
     # Each round is recorded, with the points it added: one per line of the grid.
-    record = config["refinement"]
+    entry = json.loads(out.read_text())["experiments"]["toy_margin"]
+    record = entry["rounds"]
     assert [r["round"] for r in record] == list(range(1, ROUNDS + 1)) and all(r["added"] == 2 for r in record)
-    assert len(config["experiments"]["toy_margin"]["extra_points"]) == 2 * ROUNDS
+    assert len(entry["points"]) == 2 * ROUNDS
     summary = open_verified(tmp_path / "results" / "summaries" / "toy_margin.zarr.zip").load()
     for n in (8, 12):
         line = summary.sel(n=n)
@@ -65,20 +72,35 @@ def test_refinement_reaches_a_known_threshold(refined):
         assert log.count("computed in") == 1 and log.count("complete, skipped") == 1 + ROUNDS
         assert f"{2 + ROUNDS} cells written (1 new)" in log
     # And nothing is left to run.
-    assert planned(tmp_path, out) == {}
+    assert planned(tmp_path, config) == {}
+
+
+def test_a_plain_run_after_refine_keeps_the_refined_grid(refined):
+    # Issue 42.1: the refined points are part of the config's grid from then on. A plain run of the
+    # config plans nothing (on 24e6db2 it reran the batches, dropping the refined cells, and redrew the
+    # unrefined figure), and the summary and figure on disk are the refined ones.
+    tmp_path, config, _ = refined
+    assert planned(tmp_path, config) == {}
+    sweep = validate(load(config), reach_scheduler=False, configfile=config)
+    assert len(sweep.points["toy_margin"]) == 4 + 2 * ROUNDS
+    summary = attnflow.open_summary("toy_margin", configfile=config)  # this config's grid: served
+    assert summary.beta.size == len(sweep.specs["toy_margin"].values("beta")) > 2
+    figure = (tmp_path / "results" / "figures" / "toy_margin.png").stat().st_mtime_ns
+    assert figure >= (tmp_path / "results" / "summaries" / "toy_margin.zarr.zip").stat().st_mtime_ns
 
 
 def test_each_round_plans_only_new_cells(refined):
-    tmp_path, out = refined
-    sweep = validate(load(out), reach_scheduler=False)
+    tmp_path, config, out = refined
+    sweep = validate(load(config), reach_scheduler=False, configfile=config)
     # The next round's points, before it runs: one bracket per line, beta*(2, 8) and beta*(2, 12)
     # both in [0.25, 1].
     exp = registry(["toy_experiment"]).get("toy_margin")
     with open_verified(tmp_path / "results" / "summaries" / "toy_margin.zarr.zip") as summary:
         new = exp.refinement(summary.load(), sweep.specs["toy_margin"])
     assert sorted(p["n"] for p in new) == [8, 12]
-    cfg = load(out)
-    cfg["experiments"]["toy_margin"]["extra_points"] += new
+    cfg = load(config)
+    cfg["experiments"]["toy_margin"]["extra_points"] = new
+    cfg["share_results"] = True  # another config file on these results, on purpose (a dry run alone)
     following = tmp_path / "following.yaml"
     following.write_text(yaml.safe_dump(cfg))
     # A dry run plans one job per line (the batch holding its new cell), plus the summary and figure.
@@ -96,6 +118,6 @@ def test_refine_command_line_as_the_readme_writes_it(monkeypatch, argv, expected
     from attnflow.cli import main
 
     calls = []
-    monkeypatch.setattr(attnflow.refine, "refine", lambda *a: calls.append(a) or "c.refined.yaml")
+    monkeypatch.setattr(attnflow.refine, "refine", lambda *a: calls.append(a) or "results/c/refinement.json")
     assert main(argv) == 0
     assert calls == [("c.yaml", "beta_star", 3, expected)]

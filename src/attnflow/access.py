@@ -11,7 +11,6 @@ grid value that is not on the grid, a cell not simulated yet.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,13 +18,19 @@ import numpy as np
 import xarray as xr
 
 from .errors import ConfigError
-from .store import open_verified
+from .store import StaleStore
 
 DEFAULT_CONFIG = "config/config.yaml"
 
 
 class NotBuiltError(FileNotFoundError):
     """A summary or store the workflow has not written yet; the message says which command writes it."""
+
+
+class OutdatedSummary(StaleStore):
+    """A summary built from another grid than the config's, or under other numerics or reduction versions
+    (stale): the message names the command that rebuilds it. Never served: its numbers are not the
+    config's."""
 
 
 class NotOnGrid(KeyError):
@@ -36,13 +41,14 @@ class NotOnGrid(KeyError):
 
 
 def load_sweep(configfile: str | Path = DEFAULT_CONFIG, results: str | Path | None = None):
-    """The validated sweep of a config file (``results`` overrides its results directory)."""
+    """The validated sweep of a config file (``results`` overrides its results directory; without
+    either, ``results/<the file's stem>``, as the workflow resolves it)."""
     from .config import load, validate
 
     config = load(configfile)
     if results is not None:
         config["results"] = str(results)
-    return validate(config, reach_scheduler=False)
+    return validate(config, reach_scheduler=False, configfile=configfile)
 
 
 def _check_experiment(sweep, experiment: str, configfile) -> None:
@@ -72,10 +78,13 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
                  results: str | Path | None = None, load: bool = True) -> xr.Dataset:
     """An experiment's summary: its quantities over the grid, closed forms on the same grid.
 
-    The store is verified against its completion record first (``CorruptStore``
-    naming the variable or chunk that differs). ``load=False`` returns it lazily
-    (dask). A summary built from another experiment block (grid or fixed fields) than the config's
-    warns: the workflow rebuilds it at its next run.
+    The store is verified against its completion record first, every byte
+    (``CorruptStore`` naming the variable or chunk that differs). A summary
+    built from another grid than the config's (another config on the same
+    results directory, or the config edited since), or under other numerics or
+    reduction versions, raises ``OutdatedSummary`` naming the command that
+    rebuilds it: only the config's own numbers are served. ``load=False``
+    returns it lazily (dask).
     """
     sweep = load_sweep(configfile, results)
     _check_experiment(sweep, experiment, configfile)
@@ -84,16 +93,34 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
         raise NotBuiltError(f"{experiment}: no summary at {path} yet; build it with "
                             f"`{build_command(configfile, path)}` (or `snakemake --configfile {configfile}` "
                             "for every experiment)")
-    ds = open_verified(path)
-    built_from = ds.attrs.get("experiment_spec")
-    if built_from is not None and built_from != sweep.specs[experiment].to_json():
-        warnings.warn(f"{path} was built from another block of this experiment (grid or fixed fields) "
-                      f"than {configfile} holds now; `{build_command(configfile, path)}` rebuilds it",
-                      stacklevel=2)
+    from .store import load as load_store
+    from .store import open_members
+    from .sweep import summary_versions
+
+    rebuild = f"`{build_command(configfile, path)}` rebuilds it"
+    try:
+        _, members = load_store(path, expect=summary_versions(sweep.experiments.get(experiment)))
+    except StaleStore as err:
+        raise OutdatedSummary(f"{err}; {rebuild}") from None
+    ds = open_members(members)
+    if ds.attrs.get("experiment_spec") != sweep.specs[experiment].to_json():
+        ds.close()
+        raise OutdatedSummary(f"{path} was built from another grid (or fixed fields) of {experiment} than "
+                              f"{configfile} holds{_owned_by(sweep, configfile)}; {rebuild}")
     if load:
         with ds:
             ds = ds.load()
     return ds
+
+
+def _owned_by(sweep, configfile) -> str:
+    """`` (the results directory belongs to config X)`` when another config ran there last, else ""."""
+    from .workflow import config_identity, owner_of
+
+    owner = owner_of(sweep.results)
+    if owner and owner.get("path") != config_identity(sweep, configfile)["path"]:
+        return f" (its results directory {sweep.results} belongs to config {owner.get('config')})"
+    return ""
 
 
 def _as_list(value) -> list:
@@ -188,4 +215,5 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     return with_coordinates(out)  # the grid axes: units, long name, description
 
 
-__all__ = ["NotBuiltError", "NotOnGrid", "load_sweep", "open_cells", "open_summary", "select_points"]
+__all__ = ["NotBuiltError", "NotOnGrid", "OutdatedSummary", "load_sweep", "open_cells", "open_summary",
+           "select_points"]

@@ -59,7 +59,7 @@ def _status(args) -> int:
         config = load(args.configfile)
         if args.results is not None:  # validate refuses an empty one, as in a config
             config["results"] = args.results
-        sweep = validate(config, reach_scheduler=False)
+        sweep = validate(config, reach_scheduler=False, configfile=args.configfile)
     except ConfigError as err:
         print(f"attnflow status: {err}", file=sys.stderr)
         return 2
@@ -71,8 +71,17 @@ def _status(args) -> int:
               "(a directory per cell), which this version does not read: their cells count as missing and "
               "the next `snakemake` computes them again; delete those directories to free their files",
               file=sys.stderr)
-    from .workflow import issue_repairs, issue_summary_tickets, outdated_summaries, results_holder
+    from .workflow import (
+        foreign_owner,
+        issue_repairs,
+        issue_summary_tickets,
+        outdated_summaries,
+        results_holder,
+    )
 
+    foreign = foreign_owner(sweep, args.configfile)
+    if foreign:  # its stores are another config's: no ticket written for them
+        print(f"attnflow status: {foreign}", file=sys.stderr)
     report = sweep_status(sweep, deep=args.deep)
     corrupt = any(states["corrupt"] for states in report.values())
     # What status finds, the workflow must act on: bit rot (same size and time) passes the start-up
@@ -80,9 +89,9 @@ def _status(args) -> int:
     # for summaries (read whole with --deep). Not while a controller runs: what it is writing reads as
     # damage, and it would rerun jobs for it.
     holder = results_holder(sweep.results) if corrupt or args.deep else None
-    if corrupt and not holder:
+    if corrupt and not holder and not foreign:
         issue_repairs(sweep, checksums=args.deep)
-    if args.deep and not holder:
+    if args.deep and not holder and not foreign:
         outdated = issue_summary_tickets(sweep, checksums=True)
     else:
         outdated = outdated_summaries(sweep, checksums=args.deep)
@@ -100,6 +109,10 @@ def _status(args) -> int:
         total = sum(len(v) for v in states.values())
         print(f"{name:24} {total:6d}" + "".join(f" {len(states[s]):11d}" for s in STATES))
     for name, states in report.items():
+        for cid, detail in states["done"].items():
+            if detail:  # done, with a remark: a store touched since its manifest, intact
+                print(f"replaced since {name}/{cid}: {detail} (done; the next `snakemake` records it again, "
+                      "computing nothing)")
         for cid, error in states["failed"].items():
             print(f"failed {name}/{cid}: {error} (the next `snakemake` retries it once)")
         for cid, detail in states["corrupt"].items():
@@ -116,7 +129,7 @@ def _status(args) -> int:
     # During a run: the share done and an ETA per experiment (attnflow.progress).
     from .progress import progress, render
 
-    print(render(*progress(sweep, cores=args.cores)))
+    print(render(*progress(sweep, cores=args.cores, checksums=args.deep)))
     return 0
 
 
@@ -166,7 +179,8 @@ def _refine(args) -> int:
     except (ConfigError, RuntimeError) as err:
         print(f"attnflow refine: {err}", file=sys.stderr)
         return 2
-    print(f"refined config: {out}")
+    print(f"refined points: {out} (part of {args.experiment}'s grid in every later run of {args.configfile}; "
+          "delete the file to drop them)")
     return 0
 
 
@@ -221,6 +235,11 @@ def _plan(args) -> int:
         return 2
     for name, why in sweep.skipped.items():
         print(f"attnflow plan: skipping experiment {name}: {why}", file=sys.stderr)
+    from .workflow import foreign_owner
+
+    foreign = foreign_owner(sweep, args.configfile)
+    if foreign:
+        print(f"attnflow plan: a run would be refused: {foreign}", file=sys.stderr)
     cores = args.cores or settings.get("cores") or os.cpu_count() or 1
     result = plan(sweep, cores, settings.get("threads", SIMULATE_THREADS),
                   cluster_jobs=None if args.cores else settings.get("cluster_jobs"))
@@ -316,7 +335,8 @@ def _parser() -> argparse.ArgumentParser:
     _experiment(refine, refining, "the experiment whose boundary to refine")
     _configfile(refine)
     refine.add_argument("--rounds", type=_positive, default=1,
-                        help="each round halves every bracket (>= 1; default: %(default)s)")
+                        help="each round halves every bracket (>= 1; default: %(default)s); the points "
+                             "are recorded in the results directory, part of the grid from then on")
     refine.add_argument("--snakefile", metavar="FILE", help="the workflow to run (default: Snakefile in the "
                                                             "working directory)")
     refine.set_defaults(func=_refine)

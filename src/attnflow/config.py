@@ -21,9 +21,12 @@ cells and batches (``config`` imports ``sweep``, never the reverse).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 import re
 import socket
+import warnings
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -34,6 +37,7 @@ from .cell import _DEFAULTS as CELL_DEFAULTS
 from .cell import FIELD_CHOICES, FIELD_DOCS, Cell
 from .errors import ConfigError
 from .experiments import Experiment, ExperimentModuleError, Spec, registry
+from .layout import Layout, results_of
 from .observables import GROUPS
 from .sweep import Point, Sweep, point, resolve
 
@@ -41,7 +45,13 @@ SCHEDULERS = ("threads", "synchronous", "distributed")
 SEED_MAX = 2**63 - 1
 FIGURE_WIDTHS = (3.5, 12.0)  # inches: a journal column to a poster panel; the figures are laid out for these
 TOP_LEVEL = {
-    "results": ("results", "output directory (stores, summaries, figures, logs); not empty, not /"),
+    "results": (None, "output directory (stores, summaries, figures, logs), one per config: default "
+                      "results/<the config file's name without .yaml>; ~ is expanded; not empty, not /, no "
+                      "braces"),
+    "share_results": (False, "run on a results directory another config ran on, taking it over: its batches "
+                             "of the same name lose the other config's cells, its summaries and figures are "
+                             "rebuilt from this config (without it such a run is refused, naming what it "
+                             "would drop); on the command line: snakemake --config share_results=True"),
     "dask_scheduler": ("threads", "aggregation scheduler: threads, synchronous, distributed (a local "
                                   "dask.distributed cluster) or the address tcp://host:port of a running "
                                   "scheduler"),
@@ -52,8 +62,8 @@ TOP_LEVEL = {
     "defaults": ({}, "cell fields for every experiment: a block's fixed values win over them, they win "
                      "over the experiment's own defaults"),
     "experiments": (None, "the experiments to run: name -> block with fixed, grid, batch_over, extra_points"),
-    "refinement": ([], "the rounds `attnflow refine` added to this config (a record; the workflow "
-                       "ignores it)"),
+    "refinement": ([], "the rounds an older `attnflow refine` recorded in a copy of the config (a record; "
+                       "ignored: refine now records its points in the results directory, refinement.json)"),
 }
 
 
@@ -168,6 +178,7 @@ def schema(experiments=None) -> dict:
         if default is not None:
             top[key]["default"] = default
     top["results"]["type"] = "string"
+    top["share_results"]["type"] = "boolean"
     top["dask_scheduler"]["type"] = "string"
     top["dask_scheduler"]["pattern"] = "^(" + "|".join(SCHEDULERS) + r"|tcp://.+)$"
     top["figure_width"].update({"type": "number", "minimum": FIGURE_WIDTHS[0], "maximum": FIGURE_WIDTHS[1]})
@@ -208,8 +219,19 @@ def _number_hint(error: jsonschema.ValidationError) -> str:
 
 # --- validation ------------------------------------------------------------------------------------
 def check_results(results) -> None:
+    """A ``results`` value names a directory that can be made (``None``: the default, always fine)."""
+    if results is None:
+        return
     if not isinstance(results, str) or not results.strip():
         raise ConfigError(f"results = {results!r}: must name an output directory")
+    # Snakemake reads braces in an output path as wildcards (a WildcardError at the first rule).
+    if "{" in results or "}" in results:
+        raise ConfigError(f"results = {results!r}: braces are wildcards to Snakemake; name a directory "
+                          "without { or }")
+    if results.startswith("~") and os.path.expanduser(results) == results:
+        raise ConfigError(f"results = {results!r}: cannot expand {results.split('/')[0]!r} (no such user "
+                          "or no home directory); write the path out")
+    results = os.path.expanduser(results)
     if Path(results).resolve() == Path(Path(results).resolve().anchor):
         raise ConfigError(f"results = {results!r}: the filesystem root; name a directory for the outputs")
     # The first path that exists on the way down must be a directory, or every write below fails late.
@@ -254,12 +276,16 @@ def experiment_registry(modules):
     return experiments
 
 
-def validate(config: dict, *, reach_scheduler: bool = True):
+def validate(config: dict, *, reach_scheduler: bool = True, configfile: str | Path | None = None):
     """Check a whole config before any job; return the ``Sweep`` it describes.
 
     Raises ``ConfigError`` (one line, naming the key and value) on the first
     problem: schema, results path, scheduler address, grids with repeated
     values, impossible cells, and what each experiment's figure needs.
+    ``configfile``: the file the config was read from, whose name gives the
+    results directory of a config without ``results`` (``layout.results_of``);
+    the sweep's config holds the resolved directory. The points ``attnflow
+    refine`` recorded in that directory join their experiments' extra points.
     """
     if not isinstance(config, dict):
         raise ConfigError(f"the config must be a mapping, got {type(config).__name__}")
@@ -272,10 +298,12 @@ def validate(config: dict, *, reach_scheduler: bool = True):
     error = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if error is not None:
         raise ConfigError(_schema_message(error))
-    check_results(config.get("results", TOP_LEVEL["results"][0]))
+    check_results(config.get("results"))
+    config = {**config, "results": str(results_of(config, configfile))}
     if reach_scheduler:
         check_scheduler(config.get("dask_scheduler", TOP_LEVEL["dask_scheduler"][0]))
     specs, skipped = resolve(config, experiments)
+    specs = with_refinement(specs, Layout(config["results"]).refinement)
     if not specs:
         raise ConfigError("experiments: empty, nothing to run")
     points = {}
@@ -290,6 +318,43 @@ def validate(config: dict, *, reach_scheduler: bool = True):
         raise ConfigError("experiments: none can run here ("
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
     return Sweep.expand(config, experiments, specs, points, skipped)
+
+
+def refined_points(path: Path) -> dict[str, list[dict]]:
+    """The points ``attnflow refine`` recorded (``Layout.refinement``): experiment -> its points."""
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: the points attnflow refine added are unreadable ({err}); delete the file "
+                          "to drop them, or restore it") from None
+    experiments = record.get("experiments") if isinstance(record, dict) else None
+    if not isinstance(experiments, dict):
+        raise ConfigError(f"{path}: not a record of attnflow refine (no 'experiments'); delete the file to "
+                          "drop it")
+    return {name: [p for p in (entry or {}).get("points") or () if isinstance(p, dict)]
+            for name, entry in experiments.items()}
+
+
+def with_refinement(specs: dict[str, Spec], path: Path) -> dict[str, Spec]:
+    """The specs with the refined points recorded at ``path`` added to their extra points: a refined
+    grid stays refined for every later run. A point that no longer gives exactly its grid's axes (the
+    grid was edited since) is left out, with a warning naming the file."""
+    refined = refined_points(path)
+    out = dict(specs)
+    for name, points in refined.items():
+        if name not in specs or not points:
+            continue
+        spec = specs[name]
+        fitting = [p for p in points if set(p) == set(spec.grid)]
+        if len(fitting) < len(points):
+            warnings.warn(f"{path}: {len(points) - len(fitting)} refined points of {name} do not give its "
+                          f"grid's axes ({', '.join(spec.grid) or 'none'}) any more: left out (delete the "
+                          "file, or run attnflow refine again)", stacklevel=3)
+        if fitting:
+            out[name] = dataclasses.replace(spec, extra_points=(*spec.extra_points, *map(dict, fitting)))
+    return out
 
 
 # --- the experiment blocks -------------------------------------------------------------------------
@@ -418,4 +483,5 @@ def check_needs(experiment: Experiment, spec: Spec, points: list[Point]) -> None
 
 
 __all__ = ["ConfigError", "check_block", "check_grid", "check_inputs", "check_needs", "check_results",
-           "check_scheduler", "experiment_registry", "load", "points_of", "schema", "validate", "where"]
+           "check_scheduler", "experiment_registry", "load", "points_of", "refined_points", "schema",
+           "validate", "where", "with_refinement"]

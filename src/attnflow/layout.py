@@ -11,6 +11,7 @@ through the same methods.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 STORE_SUFFIX = ".zarr.zip"  # one file per store (attnflow.store); zarr's own name for a zipped hierarchy
@@ -121,10 +122,34 @@ class Layout:
         """Held by the one workflow controller that may run on this results directory."""
         return self.results / ".attnflow.lock"
 
+    @property
+    def owner(self) -> Path:
+        """Which config last ran on this results directory (its name, path and digest): a run of
+        another config here is refused unless told to take it over (``workflow.foreign_owner``)."""
+        return self.results / "attnflow-owner.json"
 
-def results_of(config: dict) -> Path:
-    """A config's results directory (``results``, relative to the working directory)."""
-    return Path(config.get("results", "results"))
+    @property
+    def refinement(self) -> Path:
+        """The grid points ``attnflow refine`` added, by experiment: part of the grid of every later
+        run on this results directory (``config.validate`` merges them into ``extra_points``)."""
+        return self.results / "refinement.json"
+
+
+RESULTS_ROOT = "results"  # a config without `results:` writes under results/<its file's stem>
+DEFAULT_NAME = "default"  # ... and a config given as a mapping, with no file, under results/default
+
+
+def results_of(config: dict, configfile: str | Path | None = None) -> Path:
+    """A config's results directory: its ``results`` (``~`` expanded; relative to the working
+    directory), else ``results/<stem of configfile>`` (``results/default`` without a file).
+
+    The one place this is decided: the workflow, the ``attnflow`` commands and the notebook API
+    (``open_summary``, ``open_cells``) all resolve it here, through ``config.validate``.
+    """
+    value = config.get("results")
+    if value is None:
+        value = f"{RESULTS_ROOT}/{Path(configfile).stem if configfile else DEFAULT_NAME}"
+    return Path(os.path.expanduser(value)) if isinstance(value, str) else value
 
 
 def store_id(store: str | Path) -> str:
@@ -132,5 +157,5 @@ def store_id(store: str | Path) -> str:
     return Path(store).name.removesuffix(STORE_SUFFIX)
 
 
-__all__ = ["FIGURE_FORMATS", "FIGURE_PART_SEP", "OLD_STORE_SUFFIX", "RULES", "STORE_SUFFIX", "Layout",
-           "results_of", "store_id"]
+__all__ = ["DEFAULT_NAME", "FIGURE_FORMATS", "FIGURE_PART_SEP", "OLD_STORE_SUFFIX", "RESULTS_ROOT", "RULES",
+           "STORE_SUFFIX", "Layout", "results_of", "store_id"]

@@ -51,15 +51,19 @@ LOCAL_SECONDS = {"aggregate": 8.0, "plot": 8.0}
 # The simulate rule's threads (workflow/rules/simulate.smk), unless a profile sets them.
 SIMULATE_THREADS = 1
 STATES = ("new", "done", "failed", "stale")
+# Above this many simulate jobs, Snakemake's DAG alone costs minutes and gigabytes (measured: 157 s and
+# 2.6 GB for a dry run of 100,000 one-cell batches, 18 s for the same cells in 4): plan says so.
+MANY_JOBS = 10_000
 
 
-def cell_states(sweep: Sweep) -> dict[str, str]:
-    """Every cell id of the sweep -> new | done | failed | stale (the cheap check of every start;
-    missing, interrupted or corrupt cells are new: the next run computes them)."""
+def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
+    """Every cell id of the sweep -> new | done | failed | stale (the cheap check of every start, or
+    every byte with ``checksums``; missing, interrupted or corrupt cells are new: the next run computes
+    them)."""
     from .workflow import cell_states as states_of
 
     return {cid: state.status if state.status in ("done", "failed", "stale") else "new"
-            for cid, state in states_of(sweep).items()}
+            for cid, state in states_of(sweep, checksums).items()}
 
 
 @dataclasses.dataclass
@@ -167,6 +171,11 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
     if compile_seconds:
         notes.append(f"numba's cache of the engine is not found here: {COMPILE_SECONDS:.0f} s to compile it "
                      "are counted once")
+    if len(all_jobs) > MANY_JOBS:
+        coarse = [n for n, spec in sweep.specs.items() if len(sweep.batches_of(n)) > MANY_JOBS / 10]
+        notes.append(f"{len(all_jobs):,} simulate jobs: Snakemake's plan of that many takes minutes and "
+                     "gigabytes before the first job; add grid axes to `batch_over` (more cells a job) in "
+                     + (", ".join(f"experiments.{n}" for n in coarse) or "the largest experiments"))
     shared = len(sweep.batches) < sum(len(sweep.batches_of(n)) for n in sweep.specs)
     if shared:
         notes.append("experiments that share cells share their jobs: each row counts them, the total once")
@@ -231,6 +240,6 @@ def to_json(result: Plan) -> str:
     return json.dumps(dataclasses.asdict(result), indent=1)
 
 
-__all__ = ["COMPILE_SECONDS", "JOB_START_SECONDS", "MODEL_OVER_CPU", "Job", "Plan", "cell_states",
-           "engine_cached", "expected_seconds", "jobs", "makespan", "plan", "profile_settings", "render",
-           "to_json"]
+__all__ = ["COMPILE_SECONDS", "JOB_START_SECONDS", "MANY_JOBS", "MODEL_OVER_CPU", "Job", "Plan",
+           "cell_states", "engine_cached", "expected_seconds", "jobs", "makespan", "plan", "profile_settings",
+           "render", "to_json"]

@@ -46,10 +46,12 @@ class Progress:
         return self.done / self.cells if self.cells else 1.0
 
 
-def progress(sweep: Sweep, cores: int | None = None, threads: int = SIMULATE_THREADS):
+def progress(sweep: Sweep, cores: int | None = None, threads: int = SIMULATE_THREADS,
+             checksums: bool = False):
     """``({experiment: Progress, "total": Progress}, scale, jobs measured)``: ``scale`` is the median
-    measured / expected time of the finished jobs (1.0 without any)."""
-    states = cell_states(sweep)
+    measured / expected time of the finished jobs (1.0 without any). ``checksums``: cells judged by every
+    byte of their stores (``status --deep``), so a cell found damaged is never counted done."""
+    states = cell_states(sweep, checksums)
     measured = benchmark_seconds(sweep.results)
     ratios = [measured[b] / expected_seconds(cells, threads)
               for b, cells in sweep.batches.items() if b in measured]

@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import struct
+import sys
 import time
 import uuid
 import zipfile
@@ -123,6 +124,10 @@ def write(data: xr.Dataset | Mapping[str, xr.Dataset], path: str | Path, *, chun
 
 
 def _publish(tmp: Path, path: Path, replace: bool, versions: dict) -> bool:
+    if path.is_dir() and not path.is_symlink():
+        aside = move_aside(path, "in-the-way")
+        print(f"attnflow: {path} was a directory, where its store goes: moved aside to {aside.name} (delete "
+              "it once you have looked)", file=sys.stderr)
     if not path.exists():
         try:
             os.link(tmp, path)  # atomic, and fails if path exists: the first writer wins
@@ -202,6 +207,12 @@ def _unreadable(err: Exception) -> StoreState:
     return StoreState("corrupt", f"not a readable zip file ({type(err).__name__}: {err})")
 
 
+def _in_the_way(path: Path) -> StoreState | None:
+    if path.is_dir():
+        return StoreState("corrupt", "a directory, not a store file (the next run moves it aside)")
+    return None
+
+
 def verify(path: str | Path, *, checksums: bool = True, expect: dict | None = None) -> StoreState:
     """Check a store against its completion record.
 
@@ -214,6 +225,8 @@ def verify(path: str | Path, *, checksums: bool = True, expect: dict | None = No
     path = Path(path)
     if not path.exists():
         return _absent(path)
+    if state := _in_the_way(path):
+        return state
     try:
         with zipfile.ZipFile(path) as zf:
             sizes = {info.filename: info.file_size for info in zf.infolist()}
@@ -230,6 +243,8 @@ def read(path: str | Path, expect: dict | None = None) -> tuple[StoreState, dict
     path = Path(path)
     if not path.exists():
         return _absent(path), {}, {}
+    if state := _in_the_way(path):
+        return state, {}, {}
     try:
         with zipfile.ZipFile(path) as zf:
             sizes = {info.filename: info.file_size for info in zf.infolist()}
@@ -274,6 +289,17 @@ def record_of(path: str | Path) -> dict:
         return {}
 
 
+def root_attrs(path: str | Path) -> dict:
+    """The attributes of a store's root group (a summary's provenance and spec), from its metadata
+    only; empty if it has none readable."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            attrs = json.loads(zf.read(".zattrs"))
+    except (*UNREADABLE, TypeError):
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
+
+
 def read_members(path: str | Path, *, skip_damaged: bool = False) -> dict[str, bytes]:
     """Every member of a store, read in one pass (zip checks each member's CRC-32); with
     ``skip_damaged`` a member that cannot be read is left out instead of raising."""
@@ -306,8 +332,13 @@ def open_members(members: Mapping[str, bytes], group: str = "", **kwargs) -> xr.
 
 def quarantine(path: str | Path) -> Path:
     """Move a corrupt store aside (``<name>.corrupt-<tag>``), so the next run recomputes it."""
+    return move_aside(path, "corrupt")
+
+
+def move_aside(path: str | Path, why: str) -> Path:
+    """Rename ``path`` to ``<name>.<why>-<tag>`` beside it (nothing deleted); return the new path."""
     path = Path(path)
-    aside = path.with_name(f"{path.name}.corrupt-{uuid.uuid4().hex[:8]}")
+    aside = path.with_name(f"{path.name}.{why}-{uuid.uuid4().hex[:8]}")
     path.rename(aside)
     return aside
 
@@ -338,6 +369,6 @@ def open_verified(path: str | Path, expect: dict | None = None, group: str = "",
     return open_members(load(path, expect)[1], group, **kwargs)
 
 
-__all__ = ["CorruptStore", "RECORD", "StaleStore", "StoreState", "check", "load", "open_members",
-           "open_verified", "read",
-           "partials", "quarantine", "read_members", "record_of", "verify", "write"]
+__all__ = ["CorruptStore", "RECORD", "StaleStore", "StoreState", "check", "load", "move_aside",
+           "open_members", "open_verified", "read",
+           "partials", "quarantine", "read_members", "record_of", "root_attrs", "verify", "write"]

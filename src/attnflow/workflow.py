@@ -21,17 +21,93 @@ from .config import validate
 from .errors import ConfigError
 from .experiments import Spec
 from .layout import Layout, results_of
-from .store import StoreState, record_of, verify
+from .store import StoreState, record_of, root_attrs, verify
 from .sweep import Sweep, cell_id, config_digest, summary_versions, verify_batch
 
 MANIFEST_FORMAT = 2  # 1: attnflow 0.1, a store per cell (its manifests listed them under "stores")
 
 
 def sweep_from_workflow(config: dict, configfiles=()) -> Sweep:
-    """Validate the config Snakemake loaded; its files are re-read strictly (duplicate keys refused)."""
+    """Validate the config Snakemake loaded; its files are re-read strictly (duplicate keys refused).
+    The last config file names the results directory of a config without ``results``."""
+    configfiles = list(configfiles)
     for path in configfiles:
         load_config(path)
-    return validate(config)
+    return validate(config, configfile=configfiles[-1] if configfiles else None)
+
+
+# --- which config a results directory belongs to --------------------------------------------------------
+# A config's identity: where its file is and what it holds. Editing a config keeps its path (the same
+# config, changed); two working copies of one config hold the same content (they may share results).
+def config_identity(sweep: Sweep, configfile: str | Path | None) -> dict:
+    """What ``Layout.owner`` records of the config a run uses: its name as given, its absolute path,
+    the digest of its content but for where its results go and ``share_results`` (the same grids
+    pointed at a copy of a results directory, or told to take one over, are no other config)."""
+    content = {k: v for k, v in sweep.config.items() if k not in ("results", "share_results")}
+    return {"config": str(configfile) if configfile else None,
+            "path": str(Path(configfile).absolute()) if configfile else None,
+            "config_sha256": config_digest(content)}
+
+
+def owner_of(results: str | Path) -> dict | None:
+    """The config recorded as the owner of a results directory (None: none recorded, or unreadable)."""
+    try:
+        record = json.loads(Layout(results).owner.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def claim_results(sweep: Sweep, configfile: str | Path | None) -> None:
+    """Record this run's config as the results directory's owner (a run, never a dry run, writes it)."""
+    path = sweep.layout.owner
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}")
+    tmp.write_text(json.dumps(config_identity(sweep, configfile), indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def would_drop(sweep: Sweep) -> tuple[dict[str, int], list[str]]:
+    """What this sweep's run would remove from its results directory as another config left it:
+    per batch of the same name, the cells its manifest records that this sweep's batch does not hold;
+    the experiments whose summary (and figure) was built from another grid."""
+    cells = {}
+    for batch, batch_cells in sweep.batches.items():
+        record = read_manifest(sweep, batch) or {}
+        recorded = set(record.get("cells") or ()) | set(record.get("failed") or ())
+        lost = recorded - {cell_id(c) for c in batch_cells}
+        if lost:
+            cells[batch] = len(lost)
+    summaries = [name for name, spec in sweep.specs.items() if sweep.layout.summary(name).exists()
+                 and root_attrs(sweep.layout.summary(name)).get("experiment_spec") != spec.to_json()]
+    return cells, summaries
+
+
+def foreign_owner(sweep: Sweep, configfile: str | Path | None) -> str | None:
+    """Why this run must not use its results directory: another config owns it (``Layout.owner``), and
+    this one does not say ``share_results: true``; None when it may. The message names the other
+    config, what this run would drop and how to go on."""
+    owner = owner_of(sweep.results)
+    if owner is None or sweep.config.get("share_results"):
+        return None
+    ours = config_identity(sweep, configfile)
+    if owner.get("path") == ours["path"] or owner.get("config_sha256") == ours["config_sha256"]:
+        return None
+    cells, summaries = would_drop(sweep)
+    dropped = []
+    if cells:
+        first = sorted(cells)[0]
+        dropped.append(f"{sum(cells.values())} of its cells from {len(cells)} stores (first: {first}, "
+                       f"{cells[first]} cell{'s' if cells[first] > 1 else ''})")
+    if summaries:
+        dropped.append(f"its summaries and figures of {', '.join(summaries)}")
+    what = " and ".join(dropped) or "no cell or summary of it yet, but would take the directory over"
+    name = ours["config"] or "this config"
+    return (f"results directory {sweep.results} belongs to config {owner.get('config')} (digest "
+            f"{str(owner.get('config_sha256'))[:12]}, recorded in {sweep.layout.owner}); {name} running "
+            f"there would drop {what}. Give {name} its own `results:` (or leave it out: results/<its file "
+            f"name>), or take the directory over with `share_results: true` in it or "
+            f"`--config share_results=True`, or delete {sweep.results}")
 
 
 class ResultsBusy(RuntimeError):
@@ -184,7 +260,10 @@ def store_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False
     # so a store an older numerics wrote (its manifest matching it) is stale, not reused.
     state = verify_batch(store, checksums=checksums or not seen)
     if state.ok and not seen:
-        state = StoreState("corrupt", "not the file its manifest records (replaced since)")
+        # Touched or copied since its manifest, every byte intact: its cells are good; the next run
+        # records it again (computing nothing) so that the start-up check need not read it whole again.
+        state = StoreState("replaced", "touched or replaced since its manifest was written; intact, every "
+                                       "byte checked against its record")
     return state
 
 
@@ -205,6 +284,16 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
         return [(str(store), StoreState("corrupt", "its manifest records none of its cells: the batch "
                                                    "runs again"))]
     problems = []
+    # A manifest is the batch's only if it records every cell the batch holds now: one written for other
+    # cells (another config or working copy on these results; a weights file edited in place, which
+    # renames its cells) leaves Snakemake nothing to rerun where this check finds the cells missing.
+    recorded = set(record["cells"]) | set(record["failed"])
+    absent = [cid for cid in dict.fromkeys(cell_id(c) for c in sweep.batches[batch]) if cid not in recorded]
+    if absent:
+        problems.append((str(store), StoreState(
+            "changed", f"its manifest records {len(sweep.batches[batch]) - len(absent)} of the batch's "
+                       f"{len(sweep.batches[batch])} cells (written for another grid, config or input "
+                       "file)")))
     if not (state := store_health(sweep, batch, record, checksums)).ok:
         problems.append((str(store), state))
     problems += [(f"{store}:{cid}", StoreState("failed", str(error)))
@@ -223,16 +312,85 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
     manifest's time, which the retry renews.
     """
     found = {}
+    summarised = None  # the batches current summaries were built from: looked for once, if needed
     for batch in sweep.batches:
         record = read_manifest(sweep, batch)
-        if record is not None and (problems := batch_health(sweep, batch, record, checksums)):
+        if record is None:
+            summarised = _summarised_batches(sweep) if summarised is None else summarised
+            problems = orphan_health(sweep, batch, checksums, summarised)
+        else:
+            problems = batch_health(sweep, batch, record, checksums)
+        if problems:
             found[batch] = problems
     return found
 
 
+def orphan_health(sweep: Sweep, batch: str, checksums: bool = False,
+                  summarised: set[str] | None = None) -> list[tuple[str, StoreState]]:
+    """A batch without a manifest that ran before (its store, a killed job's checkpoints or a summary
+    built from it are there): what is wrong with its store, as ``batch_health`` says it. Snakemake deletes
+    the manifest of a job that failed or was killed, so nothing else remembers that this batch needs
+    its job: without a ticket a store missing or damaged then is never recomputed. A store holding
+    every cell of the batch is left to ``outdated_summaries``; a batch that never ran has nothing wrong.
+    ``summarised``: ``_summarised_batches(sweep)``, if the caller has it."""
+    store = sweep.layout.store(batch)
+    if not store.exists() and not store.is_symlink():
+        ran = _ran_before(sweep, batch, _summarised_batches(sweep) if summarised is None else summarised)
+        return [(str(store), StoreState("missing", "and its manifest too (Snakemake deletes a failed or "
+                                                   "killed job's)"))] if ran else []
+    state = verify_batch(store, checksums=checksums)
+    if not state.ok:
+        return [(str(store), StoreState(state.status, f"{state.detail}; its manifest is missing",
+                                        state.damaged))]
+    held = set(record_of(store).get("cells") or ())
+    absent = [c for c in sweep.batches[batch] if cell_id(c) not in held]
+    if absent:
+        return [(str(store), StoreState("changed", f"it holds {len(sweep.batches[batch]) - len(absent)} of "
+                                                   f"the batch's {len(sweep.batches[batch])} cells and has "
+                                                   "no manifest"))]
+    return []
+
+
+def _summarised_batches(sweep: Sweep) -> set[str]:
+    """The batches of every experiment whose summary on disk was built from this config's very grid
+    (one metadata read per summary; none without summaries)."""
+    out: set[str] = set()
+    for name, spec in sweep.specs.items():
+        if root_attrs(sweep.layout.summary(name)).get("experiment_spec") == spec.to_json():
+            out.update(sweep.batches_of(name))
+    return out
+
+
+def _ran_before(sweep: Sweep, batch: str, summarised: set[str]) -> bool:
+    """Whether a batch with neither manifest nor store ran before: a killed job left checkpoints, or a
+    summary on disk was built from this config's very grid, so from this batch's cells (``summarised``:
+    ``_summarised_batches``). A batch that never ran (a value added to an axis) runs anyway; a ticket
+    for it would only rerun it later for nothing if that edit is undone."""
+    return batch in summarised or sweep.layout.pending(batch).exists()
+
+
+def _orphaned(sweep: Sweep, batch: str, summarised: set[str]) -> bool:
+    """A batch that ran (``_ran_before``, or its store is there) but whose manifest is gone."""
+    if sweep.layout.manifest(batch).exists():
+        return False
+    store = sweep.layout.store(batch)
+    return store.exists() or store.is_symlink() or _ran_before(sweep, batch, summarised)
+
+
+def _runs_anyway(sweep: Sweep, batch: str) -> bool:
+    """Whether Snakemake reruns a batch by itself: no manifest, or one that lacks some of its cells is
+    rerun through its parameters (a value added to an axis)."""
+    record = read_manifest(sweep, batch)
+    if not record or record.get("format") != MANIFEST_FORMAT:
+        return True
+    recorded = set(record["cells"]) | set(record["failed"])
+    return any(cell_id(c) not in recorded for c in sweep.batches[batch])
+
+
 def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
     """Every cell of the sweep -> its state: done | missing | failed (its error as detail) | corrupt |
-    interrupted (finished by a job that was killed before writing its batch's store) | stale.
+    interrupted (finished by a job that was killed before writing its batch's store) | stale. A done
+    cell's detail says when its store was touched since its manifest (intact: the next run records it).
 
     Per batch, not per cell: its manifest, one ``stat`` of its store (every byte with
     ``checksums``), one look for a killed job's pending cells. A 100,000-cell sweep in
@@ -260,7 +418,10 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
             if cid in held:
                 intact = (state.status == "corrupt" and state.damaged and "" not in state.damaged
                           and held[cid] not in state.damaged)  # its group is intact: the next run keeps it
-                states[cid] = StoreState("done") if intact else state
+                if state.status == "replaced":  # every byte checked: done, and said so
+                    states[cid] = StoreState("done", f"{store.name}: {state.detail}")
+                else:
+                    states[cid] = StoreState("done") if intact else state
             elif cid in failed:
                 states[cid] = StoreState("failed", str(failed[cid]))
             elif cid in pending:
@@ -283,7 +444,8 @@ def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple
     """
     damage = unhealthy(sweep, checksums)
     for batch, problems in damage.items():
-        seen = sweep.layout.manifest(batch).stat().st_mtime_ns
+        manifest = sweep.layout.manifest(batch)
+        seen = manifest.stat().st_mtime_ns if manifest.exists() else None
         _write_ticket(sweep.layout.repairs(batch), {
             "manifest_mtime_ns": seen,
             "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]})
@@ -307,33 +469,33 @@ def outdated_summaries(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
     damaged (its members against its completion record: sizes, or every byte
     with ``checksums``, as ``attnflow status --deep`` reads them); built under
     another numerics or reduction version (stale); deleted while its figure
-    stays; the manifest of a batch that ran (its stores are there) deleted while
-    the summary stays. Returns experiment -> why; each gets a ticket
+    stays; the manifest of a batch that ran (``_orphaned``) deleted while the
+    summary stays; built from another grid than the config's while no batch of
+    it reruns by itself (another config's summary on a shared results
+    directory, say). Returns experiment -> why; each gets a ticket
     (``issue_summary_tickets``).
     """
     found = {}
-    for name in sweep.specs:
+    summarised = _summarised_batches(sweep)
+    for name, spec in sweep.specs.items():
         summary = sweep.layout.summary(name)
         if summary.exists():
             state = verify(summary, checksums=checksums, expect=summary_versions(sweep.experiments.get(name)))
-            gone = [b for b in sweep.batches_of(name) if _manifest_deleted(sweep, b)]
+            batches = sweep.batches_of(name)
+            gone = [b for b in batches if _orphaned(sweep, b, summarised)]
             if not state.ok:
                 found[name] = f"{state.status} ({state.detail})"
             elif gone:
                 found[name] = f"built from batch {gone[0]}, whose manifest is missing"
+            elif (root_attrs(summary).get("experiment_spec") != spec.to_json()
+                  and not any(_runs_anyway(sweep, b) for b in batches)):
+                # Built from another grid (fewer cells, or the same cells in another block), with no
+                # batch to rerun: Snakemake sees that only in its records of the job's parameters, which
+                # another working copy (or a results directory copied in) does not have.
+                found[name] = "built from another grid (or fixed fields) than this config's"
         elif any(p.exists() for p in sweep.layout.figures(name)):
             found[name] = "missing while its figure stays"
     return found
-
-
-def _manifest_deleted(sweep: Sweep, batch: str) -> bool:
-    """A batch that ran (its store holds every cell) but whose manifest is gone; a batch that never
-    ran (new cells, say a value added to an axis) runs anyway: a ticket written for it by a dry run
-    of another config would rerun it later for nothing."""
-    if sweep.layout.manifest(batch).exists():
-        return False
-    held = set(record_of(sweep.layout.store(batch)).get("cells") or ())
-    return bool(held) and all(cell_id(cell) in held for cell in sweep.batches[batch])
 
 
 def issue_summary_tickets(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
@@ -484,7 +646,8 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
 
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
-           "store_health",
+           "claim_results", "config_identity", "foreign_owner", "orphan_health", "owner_of", "store_health",
+           "would_drop",
            "batch_params", "cell_states", "entries_params", "failed_cells", "failure_report",
            "figure_caption", "issue_repairs",
            "issue_summary_tickets", "lock_for_child", "lock_results",

@@ -6,7 +6,9 @@ from attnflow.workflow import (
     ConfigError,
     ResultsBusy,
     batch_params,
+    claim_results,
     entries_params,
+    foreign_owner,
     failure_report,
     figure_caption,
     issue_repairs,
@@ -24,6 +26,11 @@ try:
     SWEEP = sweep_from_workflow(config, workflow.configfiles)
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}") from None
+# The config file whose name gives a config without `results:` its directory (results/<name>), and
+# which the results directory records as its owner.
+CONFIGFILE = workflow.configfiles[-1] if workflow.configfiles else None
+# Resolved once, here: every job reads its results directory from the config it is given.
+config["results"] = SWEEP.config["results"]
 
 for _name, _why in SWEEP.skipped.items():
     print(f"attnflow: skipping experiment {_name}: {_why}", file=sys.stderr)
@@ -54,13 +61,27 @@ if _HOLDER:
         file=sys.stderr,
     )
 
+# One config per results directory: a run of another config there would drop its cells and summaries.
+# A run is refused at its start (hold_results); a dry run, which changes nothing, says so and plans on.
+_FOREIGN = None if workflow.remote_exec or workflow.subprocess_exec else foreign_owner(SWEEP, CONFIGFILE)
+if _FOREIGN:
+    print(f"attnflow: a run would be refused: {_FOREIGN}", file=sys.stderr)
+
 # Self-healing: a finished batch one of whose stores is missing or does not match its
 # completion record gets a repair ticket, a new input of its simulate job: the job
 # reruns and recomputes those stores alone. Jobs running on a cluster node parse this
 # file too: only the main process looks for damage.
-if not workflow.remote_exec and not _HOLDER:
+if not workflow.remote_exec and not _HOLDER and not _FOREIGN:  # never a ticket in another config's results
     for _batch, _problems in issue_repairs(SWEEP).items():
         for _path, _state in _problems:
+            if _state.status == "changed":
+                print(f"attnflow: batch {_batch} has other cells than its store records ({_state.detail}): "
+                      "it runs", file=sys.stderr)
+                continue
+            if _state.status == "replaced":
+                print(f"attnflow: {_path} was {_state.detail.split(';')[0]}: intact, batch {_batch} records "
+                      "it again (nothing recomputed)", file=sys.stderr)
+                continue
             if _state.status == "failed":
                 print(
                     f"attnflow: {_path} failed in the last run ({_state.detail}): batch {_batch} "
@@ -96,17 +117,31 @@ def hold_results():
     nothing); at parse time a dry run cannot be told from a run."""
     if workflow.remote_exec or workflow.subprocess_exec:
         return
+    if _FOREIGN:
+        raise WorkflowError(f"attnflow: {_FOREIGN}")
     try:
         lock_results(SWEEP.results)
     except ResultsBusy as err:
         raise WorkflowError(f"attnflow: {err}") from None
+    claim_results(SWEEP, CONFIGFILE)  # this config owns the results directory from now on
+
+
+def refuse_foreign():
+    """A run (not a dry run) of a config on another config's results fails before its DAG is built:
+    even where it would have nothing to do, since then the figures it leaves in place are the other
+    config's. Called from the input functions: the DAG is built once Snakemake knows whether it is a
+    dry run (onstart, the other check, is skipped when there is nothing to do)."""
+    if _FOREIGN and not workflow.dryrun:
+        raise WorkflowError(f"attnflow: {_FOREIGN}")
 
 
 def batch_repairs(wildcards):
+    refuse_foreign()
     return repair_tickets(RESULTS, wildcards.batch)
 
 
 def experiment_tickets(wildcards):
+    refuse_foreign()
     return summary_tickets(RESULTS, wildcards.experiment)
 
 
