@@ -168,6 +168,7 @@ def figure_summary(wildcards):
 
 
 def figure_tickets(wildcards):
+    refuse_foreign()
     return summary_tickets(RESULTS, LAYOUT.part_of(wildcards.figure)[0])
 
 
