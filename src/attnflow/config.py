@@ -51,6 +51,9 @@ TOP_LEVEL = {
     "experiments": (None, "the experiments to run: name -> block with fixed, grid, batch_over, extra_points"),
     "refinement": ([], "the rounds `attnflow refine` added to this config (a record; the workflow "
                        "ignores it)"),
+    "retry_failures": (False, "compute known failures again (seeds or cells the numbers failed, which "
+                              "runs otherwise skip until their cell or the numerics change): "
+                              "`snakemake --config retry_failures=True`"),
 }
 
 
@@ -169,6 +172,7 @@ def schema(experiments=None) -> dict:
     top["dask_scheduler"]["pattern"] = "^(" + "|".join(SCHEDULERS) + r"|tcp://.+)$"
     top["experiment_modules"].update({"type": "array", "items": {"type": "string"}})
     top["refinement"].update({"type": "array", "items": {"type": "object"}})
+    top["retry_failures"]["type"] = "boolean"
     top["defaults"].update(cell_fields)
     top["experiments"].update({"type": "object", "minProperties": 1, "additionalProperties": False,
                                "properties": blocks})
