@@ -121,14 +121,19 @@ def _reduce_good_seeds(experiment: Experiment, cells: xr.Dataset) -> xr.Dataset:
     if "failed" not in cells or not bool(cells.failed.any()):
         return experiment.reduce(cells).load()
     bad = cells.failed.any("seed").values
+    ids = cells[CELL].values.tolist()
+
+    def take(positions):  # the cells at these positions, their per-cell attributes with them
+        return select(cells, [ids[i] for i in positions])
+
     parts = {}
     clean = np.flatnonzero(~bad)
     if clean.size:
-        reduced = _as_float(experiment.reduce(cells.isel({CELL: clean})).load())
+        reduced = _as_float(experiment.reduce(take(clean)).load())
         parts.update(zip(clean.tolist(), _split_cells(reduced), strict=True))
     template = parts[int(clean[0])] if clean.size else None
     for i in np.flatnonzero(bad).tolist():
-        one = cells.isel({CELL: [i]})
+        one = take([i])
         good = np.flatnonzero(~one.failed.values[0])
         if good.size:
             parts[i] = _as_float(experiment.reduce(one.isel(seed=good)).load())
@@ -139,7 +144,7 @@ def _reduce_good_seeds(experiment: Experiment, cells: xr.Dataset) -> xr.Dataset:
             parts[i] = None
     for i in [i for i, part in parts.items() if part is None]:  # every seed failed: NaN throughout
         if template is None:  # the shape of the reduction: of the cell's own (NaN) samples
-            template = _as_float(experiment.reduce(cells.isel({CELL: [i]})).load())
+            template = _as_float(experiment.reduce(take([i])).load())
         parts[i] = xr.full_like(template, np.nan).assign_coords({CELL: cells[CELL].values[[i]]})
     return xr.concat([parts[i] for i in range(cells.sizes[CELL])], dim=CELL, join="outer", fill_value=np.nan,
                      coords="minimal", compat="override", combine_attrs="drop")
