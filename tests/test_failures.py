@@ -55,6 +55,11 @@ def test_failed_seeds_are_stored_and_their_cells_kept(failing_run):
         assert np.isnan(ds.t_failed.values[~bad]).all() and np.isfinite(ds.t_failed.values[bad]).all()
         for s in np.flatnonzero(bad):  # NaN after the failure
             assert np.isnan(ds.gamma_mean.values[s, ds.time.values > ds.t_failed.values[s]]).all()
+        # The certificate reruns seeds that succeeded; a cell with none has no certificate.
+        if bad.all():
+            assert "certificate_error" not in ds.attrs
+        else:
+            assert np.isfinite(ds.attrs["certificate_error"]) and ds.attrs["certificate_seeds"] >= 1
     # The manifests: no cell failed whole; the cells with failed seeds, and the numerics they failed under.
     manifests = [json.loads(p.read_text()) for p in (results / "manifests").glob("*.json")]
     assert all(not m["failed"] for m in manifests)

@@ -130,13 +130,15 @@ def simulate(
     failure, t_failed, reasons = _seed_failures(cell, result, times)
     failed = failure != SeedFailure.OK
     certificate = {}
-    if certify and not failed.all():
-        # Of the seeds that succeeded: a failed seed has nothing to certify.
-        ok = np.flatnonzero(~failed)
+    if certify and not failed.any():
+        certificate = _certificate(cell, result, x_init, given, values, times)
+    elif certify and not failed.all():
+        # Of the seeds that succeeded (the first few: the rerun takes those): a failed seed has
+        # nothing to certify.
+        ok = np.flatnonzero(~failed)[:CERTIFICATE_SEEDS]
         certificate = _certificate(cell, _seeds_of(result, ok), x_init[ok], _seeds_of(given, ok),
                                    None if values is None else _seeds_of(values, ok), times)
-        if "certificate_seeds" in certificate:
-            certificate["certificate_seeds"] = min(certificate["certificate_seeds"], ok.size)
+        certificate["certificate_seeds"] = min(certificate["certificate_seeds"], ok.size)
 
     data_vars = {}
     attention = ATTENTIONS.get(cell.attention)
