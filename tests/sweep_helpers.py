@@ -136,3 +136,10 @@ def place_batch(sweep, batch: str, cells: dict, failed: dict | None = None):
     manifest.write_text(json.dumps({"format": MANIFEST_FORMAT, "batch": batch, "store": path.name,
                                     "size": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns,
                                     "cells": placed, "failed": failed or {}}))
+
+
+def point_name(config: Path, cid: str, experiment: str | None = None) -> str:
+    """How ``attnflow status`` names a cell of ``config``: its grid point (``Sweep.name_of``)."""
+    from attnflow.config import load, validate
+
+    return validate(load(config), reach_scheduler=False).name_of(cid, experiment)

@@ -67,3 +67,33 @@ def test_numeric_axes_come_out_ascending_whatever_the_config_order(tmp_path, tin
         assert list(values) == sorted(values), axis
     reference = summarise(sweep.experiments.get("beta_star"), sweep.specs["beta_star"], entries[::-1])
     _same(out, reference)
+
+
+def test_failed_seeds_are_left_out_of_the_reduction():
+    # Two cells of one group: the first with its seed 1 marked failed. Its reduction must be that of
+    # its other seeds alone (an independent route: the cell without seed 1), per-seed outputs NaN
+    # there; the clean cell's as if alone.
+    from attnflow import Cell, simulate
+    from attnflow.aggregate import _reduce_good_seeds
+    from attnflow.experiments import registry
+    from attnflow.pack import group_cells, select
+
+    energy, beta_star = registry().get("energy"), registry().get("beta_star")
+    cells = {f"c{k}": simulate(Cell(H=2, n=4, d=3, beta=beta, seeds=3, t_max=1.0, n_samples=6,
+                                     observables=["energy", "velocity", "radial"]))
+             for k, beta in enumerate((0.5, 4.0))}
+    cells["c0"]["failed"][1] = True
+    (group,) = group_cells(cells).values()
+    for experiment in (energy, beta_star):
+        got = _reduce_good_seeds(experiment, group)
+        alone = experiment.reduce(select(group, ["c0"]).isel(seed=[0, 2]))
+        clean = experiment.reduce(select(group, ["c1"]))
+        for name in got.data_vars:
+            first, second = got[name].isel(cell=0), got[name].isel(cell=1)
+            want = alone[name].isel(cell=0)
+            if "seed" in got[name].dims:
+                assert np.isnan(first.sel(seed=1)).all()
+                first = first.sel(seed=[0, 2])
+            np.testing.assert_array_equal(first.values, want.values.astype(float), err_msg=name)
+            np.testing.assert_array_equal(second.values, clean[name].isel(cell=0).values.astype(float),
+                                          err_msg=name)

@@ -12,7 +12,7 @@ import sys
 import zipfile
 
 import pytest
-from sweep_helpers import assert_same_cells, beta_star_config, planned, run, snapshot, stored
+from sweep_helpers import assert_same_cells, beta_star_config, planned, point_name, run, snapshot, stored
 
 from attnflow.cli import main as attnflow_main
 from attnflow.store import record_of, verify
@@ -68,7 +68,8 @@ def test_bit_rot_reported_by_status_is_recomputed_by_the_next_run(reference, tmp
     assert attnflow_main(["status", "--deep", "--configfile", str(config)]) == 0
     out = capsys.readouterr().out
     for cid in rotten:
-        assert f"corrupt beta_star/{cid}:" in out and "does not match its checksum" in out
+        assert f"corrupt {point_name(config, cid, 'beta_star')}:" in out
+        assert "does not match its checksum" in out
     # Status said "the next snakemake recomputes it": it does, that store alone, those cells alone.
     assert planned(tmp_path, config) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
     before = snapshot(results / "simulations")
@@ -120,7 +121,7 @@ def test_status_writes_no_ticket_while_a_controller_runs(reference, tmp_path, ca
         assert holder.stdout.readline().strip() == "held"
         assert attnflow_main(["status", "--deep", "--configfile", str(config)]) == 0
         captured = capsys.readouterr()
-        assert all(f"corrupt beta_star/{cid}:" in captured.out for cid in rotten)
+        assert all(f"corrupt {point_name(config, cid, 'beta_star')}:" in captured.out for cid in rotten)
         assert f"a controller (pid {holder.pid}" in captured.err and "no repair ticket" in captured.err
         assert not (results / "repairs").exists()
     finally:

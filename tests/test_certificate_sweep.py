@@ -44,7 +44,7 @@ def test_summary_carries_the_worst_certificate_and_status_flags(tmp_path):
     assert quiet.returncode == 0 and "uncertified" not in quiet.stdout
     flagged = status(config, "--certificate-bound", f"{min(certificates) / 2:g}")
     assert flagged.returncode == 0
-    assert flagged.stdout.count("uncertified crossover/") == len(certificates), flagged.stdout
+    assert flagged.stdout.count("uncertified crossover (") == len(certificates), flagged.stdout
 
 
 def test_a_figure_says_when_its_worst_certificate_is_above_the_bound():

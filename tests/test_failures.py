@@ -1,5 +1,6 @@
-"""Failed cells keep the figure: recorded in the manifest, missing (NaN) in the figure, named in its
-caption, in ``attnflow status`` and in the run's last line; retried once per run, never in a loop."""
+"""Failures cost once (issue 39): a seed that fails is stored as failed with its cell, left out of the
+reductions and counted in the summary, figure and export; a failure the numbers decide is not
+retried until its cell or the numerics change; every line names the grid point and a remedy."""
 
 from __future__ import annotations
 
@@ -7,34 +8,24 @@ import json
 
 import numpy as np
 import pytest
-from sweep_helpers import planned, run, write_config
+from sweep_helpers import planned, run, stored, write_config
 
 from attnflow import Cell
 from attnflow.cli import main as attnflow_main
-from attnflow.config import load, validate
 from attnflow.layout import Layout
 from attnflow.store import open_verified
 from attnflow.sweep import cell_id, run_batch, stored_cells
-from attnflow.workflow import figure_caption
 
-# usa attention blows up in finite time at beta = 16: any step budget runs out there, while
-# beta = 0.5 and 2 need a few dozen steps. 2 of the 6 cells fail, one in each batch.
+# Issue 39's example at small size: usa attention is stiff at large beta. With a budget of 5,000
+# steps, beta = 2 needs ~50 steps a seed (every seed succeeds), beta = 8 from 500 to 14,000 (some seeds
+# exhaust it), beta = 16 exhausts it at t < 0.01 (every seed fails: the cell is still stored).
 FAILING = {
-    "fixed": {"d": 4, "t_max": 4.0, "n_samples": 21, "seeds": 2, "max_steps": 2000},
-    "grid": {"H": [2], "n": [4, 6], "attention": ["usa"], "heads": ["block"], "beta": [0.5, 2.0, 16.0]},
+    "fixed": {"d": 4, "t_max": 4.0, "n_samples": 21, "seeds": 8, "max_steps": 5000, "stop_at_cluster": True},
+    "grid": {"H": [2], "n": [4, 6], "attention": ["usa"], "heads": ["scalar"], "beta": [2.0, 8.0, 16.0]},
     "batch_over": ["beta"],
 }
 OTHERS = ("energy", "superadditivity", "clustering_time", "clustering_probability", "entropy",
           "orthogonality", "toy_margin")
-
-
-def test_a_failed_cell_is_recorded_and_the_batch_goes_on(tmp_path):
-    bad = Cell(H=2, n=4, d=4, beta=16.0, attention="usa", heads="block", seeds=1, t_max=4.0, max_steps=500)
-    good = Cell(H=2, n=4, d=4, beta=0.5, attention="usa", heads="block", seeds=1, t_max=1.0, max_steps=500)
-    result = run_batch([bad, good], "b", Layout(tmp_path), log=lambda *_: None)
-    assert list(result.failed) == [cell_id(bad)] and "step budget of 500" in result.failed[cell_id(bad)]
-    assert result.failed[cell_id(bad)].startswith("cell(H=2, n=4, d=4, beta=16.0, attention='usa'")
-    assert set(result.cells) == {cell_id(good)} == set(stored_cells(Layout(tmp_path).store("b")))
 
 
 @pytest.fixture(scope="module")
@@ -42,64 +33,125 @@ def failing_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("failing")
     edits = {**{f"experiments.{name}": None for name in OTHERS}, "experiments.beta_star": FAILING}
     config = write_config(tmp, **edits)
-    proc = run(tmp, config)  # exits 0: the failures cost their cells, not the run
+    proc = run(tmp, config)  # exits 0: the failures cost their seeds, not the run
     return tmp, config, tmp / "results", proc
 
 
+def _failed_by_point(results) -> dict:
+    """(n, beta) -> seeds failed, read from the stores themselves."""
+    return {(int(ds.attrs["cell_n"]), float(ds.attrs["cell_beta"])): int(ds.failed.sum())
+            for ds in stored(results).values()}
+
+
 @pytest.mark.workflow
-def test_the_figure_is_drawn_without_the_failed_cells(failing_run):
-    _, config, results, proc = failing_run
-    assert (results / "figures" / "beta_star.png").stat().st_size > 1000
-    assert (results / "figures" / "beta_star.pdf").exists()
-    summary = open_verified(results / "summaries" / "beta_star.zarr.zip").load()
-    assert summary.attrs["n_failed_cells"] == 2
-    failed = json.loads(summary.attrs["failed_cells"])
-    assert sorted(f["coords"]["n"] for f in failed) == [4, 6]
-    assert {f["coords"]["beta"] for f in failed} == {16.0}
-    # Missing, not dropped: NaN at beta = 16, numbers elsewhere.
-    frac = summary.frac_mono_path.squeeze()
-    assert np.isnan(frac.sel(beta=16.0)).all() and np.isfinite(frac.sel(beta=0.5)).all()
-    # The manifests record each failure with its error; their stores are not listed as finished.
+def test_failed_seeds_are_stored_and_their_cells_kept(failing_run):
+    _, _, results, _ = failing_run
+    failed = _failed_by_point(results)
+    assert len(failed) == 6  # every cell stored, the one whose seeds all failed too
+    assert all(failed[(n, 2.0)] == 0 and failed[(n, 16.0)] == 8 and 0 < failed[(n, 8.0)] < 8 for n in (4, 6))
+    for ds in stored(results).values():
+        bad = ds.failed.values
+        assert (ds.failure.values[bad] == 2).all() and (ds.failure.values[~bad] == 0).all()  # step budget
+        assert np.isnan(ds.t_failed.values[~bad]).all() and np.isfinite(ds.t_failed.values[bad]).all()
+        for s in np.flatnonzero(bad):  # NaN after the failure
+            assert np.isnan(ds.gamma_mean.values[s, ds.time.values > ds.t_failed.values[s]]).all()
+        # The certificate reruns seeds that succeeded; a cell with none has no certificate.
+        if bad.all():
+            assert "certificate_error" not in ds.attrs
+        else:
+            assert np.isfinite(ds.attrs["certificate_error"]) and ds.attrs["certificate_seeds"] >= 1
+    # The manifests: no cell failed whole; the cells with failed seeds, and the numerics they failed under.
     manifests = [json.loads(p.read_text()) for p in (results / "manifests").glob("*.json")]
-    assert sum(len(m["failed"]) for m in manifests) == 2
-    assert all("step budget" in e for m in manifests for e in m["failed"].values())
-    assert all(not set(m["failed"]) & set(m["cells"]) for m in manifests)
-    # The caption (report) lists them.
-    sweep = validate(load(config), reach_scheduler=False)
-    caption = figure_caption(sweep, "beta_star")
-    assert "Failed cells (missing in the figure): " in caption
-    assert caption.count("beta=16.0, heads=block, n=") == 2
-    assert caption.count(" (trajectory 0: step budget of 2000 exhausted") == 2
-    # The run ends with one line naming the failures.
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("attnflow: 2 cells failed")]
-    assert len(lines) == 1 and "beta_star 2 grid points" in lines[0] and "attnflow status" in lines[0]
+    assert all(not m["failed"] for m in manifests)
+    assert sum(len(m["seed_failures"]) for m in manifests) == 4
+    assert all("step budget of 5000 exhausted" in line
+               for m in manifests for line in m["seed_failures"].values())
 
 
 @pytest.mark.workflow
-def test_status_names_each_failed_cell_with_its_error(failing_run, capsys):
+def test_the_summary_figure_and_export_count_the_failed_seeds(failing_run, tmp_path):
+    from attnflow.export import export, write_csv
+    from attnflow.figures import failed_note
+
+    _, config, results, proc = failing_run
+    failed = _failed_by_point(results)
+    summary = open_verified(results / "summaries" / "beta_star.zarr.zip").load()
+    for (n, beta), k in failed.items():
+        point = summary.sel(n=n, beta=beta).squeeze()
+        assert int(point.n_seeds_failed) == k and int(point.n_seeds_used) == 8 - k
+    assert summary.n_seeds_failed.attrs["units"] == "1" and summary.n_seeds_used.attrs["long_name"]
+    # The failed seeds are left out: no seed at beta = 16, the others' fractions at beta = 8.
+    frac = summary.frac_mono_path.squeeze()
+    assert np.isnan(frac.sel(beta=16.0)).all() and np.isfinite(frac.sel(beta=8.0)).all()
+    total = sum(failed.values())
+    assert summary.attrs["n_seeds_failed"] == total and summary.attrs["n_seeds"] == 6 * 8
+    # The figure's footer: one short line.
+    note = failed_note(summary)
+    assert note == (f"Failed: {total} of 48 seeds failed, at 4 grid points (left out); `attnflow status` "
+                    "names them.")
+    assert (results / "figures" / "beta_star.png").stat().st_size > 1000
+    # The export: per row (one per n), the seed runs used and failed over its line's betas.
+    df = export("beta_star", config)
+    for _, row in df.iterrows():
+        k = sum(failed[(int(row.n), beta)] for beta in (2.0, 8.0, 16.0))
+        assert (row.seeds_failed, row.seeds_used) == (k, 24 - k)
+    write_csv(df, tmp_path / "t.csv")
+    assert "seeds_failed" in (tmp_path / "t.csv").read_text().splitlines()[0]
+    # The run ends with one line: how many, where, the first with its remedy.
+    lines = [line for line in proc.stderr.splitlines()
+             if line.startswith("attnflow: 4 cells hold failed seeds")]
+    assert len(lines) == 1 and "beta_star 4 grid points" in lines[0]
+    assert "raise max_steps (now 5000)" in lines[0]
+
+
+@pytest.mark.workflow
+def test_known_failures_are_not_retried_until_forced(failing_run):
+    tmp, config, results, _ = failing_run
+    stores = {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr.zip")}
+    assert planned(tmp, config) == {}  # nothing to do: the failures are stored, final for these numbers
+    dry = run(tmp, config, "-n")
+    assert dry.stderr.count("skipping known failures") == 1
+    assert "retry_failures=True" in dry.stderr and "4 cells with failed seeds" in dry.stderr
+    # Forced: the batches with failed seeds run again (once), recomputing just those cells.
+    assert planned(tmp, config, "--config", "retry_failures=True") == {"simulate": 2, "aggregate": 1,
+                                                                        "plot": 1, "all": 1}
+    assert {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr.zip")} == stores
+
+
+@pytest.mark.workflow
+def test_status_names_each_failure_by_its_grid_point_with_a_remedy(failing_run, capsys):
     _, config, _, _ = failing_run
     assert attnflow_main(["status", "--configfile", str(config)]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("beta_star"))
-    assert row.split()[1:5] == ["6", "4", "0", "2"]  # cells, done, missing, failed
-    lines = [line for line in out.splitlines() if line.startswith("failed beta_star/")]
-    assert len(lines) == 2 and all("step budget of 2000 exhausted" in line for line in lines)
+    assert row.split()[1:5] == ["6", "6", "0", "0"]  # cells, done, missing, failed whole
+    lines = [line for line in out.splitlines() if line.startswith("failed seeds beta_star (")]
+    assert len(lines) == 4
+    # The axes in the config's order (write_config dumps the grid's keys sorted).
+    assert any(line.startswith("failed seeds beta_star (H=2, attention=usa, beta=16, heads=scalar, n=4): "
+                               "8 of 8 seeds failed: step budget of 5000 exhausted") for line in lines)
+    assert all("raise max_steps (now 5000) or loosen rtol (now 1e-06)" in line and "usa at beta = " in line
+               for line in lines)
+    assert "to force them: `snakemake --config retry_failures=True`" in out
 
 
-@pytest.mark.workflow
-def test_a_rerun_retries_failed_cells_once(failing_run):
-    tmp, config, results, _ = failing_run
-    stores = {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr.zip")}
-    # Each batch holding a failed cell runs again (once), then the summary and figure.
-    assert planned(tmp, config) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
-    proc = run(tmp, config)
-    assert proc.stderr.count("failed in the last run") == 2 and proc.stderr.count("retries it once") == 2
-    logs = [p.read_text() for p in (results / "logs" / "simulate").glob("*.log")]
-    # Every batch ran once: its finished cells skipped, its failed cell tried once more.
-    assert all(log.count("FAILED: ") == 1 and log.count("complete, skipped") == 2 for log in logs)
-    # The stores hold what they held: not written again.
-    assert {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr.zip")} == stores
-    assert (results / "figures" / "beta_star.png").exists()
+def test_a_seed_failure_is_final_and_retry_failed_computes_it_again(tmp_path):
+    bad = Cell(H=2, n=4, d=4, beta=16.0, attention="usa", heads="block", seeds=2, t_max=4.0, max_steps=500)
+    good = Cell(H=2, n=4, d=4, beta=0.5, attention="usa", heads="block", seeds=1, t_max=1.0, max_steps=500)
+    logs = []
+    result = run_batch([bad, good], "b", Layout(tmp_path), log=logs.append,
+                       names={cell_id(bad): "beta_star (beta=16)", cell_id(good): "beta_star (beta=0.5)"})
+    assert not result.failed and set(result.cells) == {cell_id(bad), cell_id(good)}
+    assert result.seed_failures[cell_id(bad)].startswith("2 of 2 seeds failed: step budget of 500 exhausted")
+    assert any(line.startswith("[1/2] beta_star (beta=16): 2 of 2 seeds failed") and "raise max_steps" in line
+               for line in logs)
+    again = []
+    run_batch([bad, good], "b", Layout(tmp_path), log=again.append)
+    assert sum("complete, skipped" in line for line in again) == 2
+    forced = []
+    run_batch([bad, good], "b", Layout(tmp_path), log=forced.append, retry_failed=True)
+    assert "retry_failed: 1 cells with failed seeds computed again" in forced
+    assert set(stored_cells(Layout(tmp_path).store("b"))) == {cell_id(bad), cell_id(good)}
 
 
 def test_an_arithmetic_error_in_the_compiled_code_fails_the_cell_named(tmp_path, monkeypatch):

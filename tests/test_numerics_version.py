@@ -143,7 +143,7 @@ def test_stale_stores_are_listed_and_exactly_they_are_recomputed(beta_star_run, 
                                                                   old_version):
     import shutil
 
-    from sweep_helpers import planned, run, snapshot, stored
+    from sweep_helpers import planned, point_name, run, snapshot, stored
 
     from attnflow.cli import main as attnflow_main
     from attnflow.engine import NUMERICS_VERSION
@@ -161,8 +161,9 @@ def test_stale_stores_are_listed_and_exactly_they_are_recomputed(beta_star_run, 
     assert len(old_cells) == 2
     assert attnflow_main(["status", "--configfile", str(config)]) == 0
     out = capsys.readouterr().out
-    assert {f"beta_star/{cid}:" for cid in old_cells} == {
-        line.split()[1] for line in out.splitlines() if line.startswith("stale beta_star/")}
+    named = {line[len("stale "):].split(":")[0] for line in out.splitlines()
+             if line.startswith("stale beta_star (")}
+    assert {point_name(config, cid, "beta_star") for cid in old_cells} == named
     assert f"now {NUMERICS_VERSION}" in out
     row = next(line for line in out.splitlines() if line.startswith("beta_star"))
     assert row.split()[1:3] == ["4", "2"] and row.split()[-1] == "2"  # cells, done ... stale

@@ -102,3 +102,39 @@ def test_makespan():
     assert makespan([3, 3, 2, 2, 2], 2) == 7  # longest first; the best order gives 6
     assert makespan([5, 1], 4) == 5
     assert makespan([], 2) == 0
+
+
+# Issue 39, measured there (2 cores): the default config with 16.0 added to beta_star's beta, run after
+# the default run, took 412 s; its 16 usa cells at beta = 16 exhaust the 100,000-step budget.
+ISSUE_39_SECONDS = 412.0
+
+
+def _beta_16(tmp_path):
+    from attnflow.config import load, validate
+
+    config = load(ROOT / "config" / "config.yaml")
+    config["results"] = str(tmp_path / "results")
+    sweep = validate(config, reach_scheduler=False)
+    config["experiments"]["beta_star"]["grid"]["beta"].append(16.0)
+    return sweep, validate(config, reach_scheduler=False)
+
+
+def test_stiff_cells_are_warned_and_costed_within_2x_of_issue_39(tmp_path, monkeypatch):
+    import attnflow.plan as plan_module
+
+    default, sweep = _beta_16(tmp_path)
+    # The default run is done: only the cells beta = 16 adds are computed.
+    done = {cell_id(c) for cells in default.batches.values() for c in cells}
+    states = {cell_id(c): "done" if cell_id(c) in done else "new" for cells in sweep.batches.values()
+              for c in cells}
+    monkeypatch.setattr(plan_module, "cell_states", lambda _: states)
+    result = plan(sweep, cores=2, compile=False)
+    wall = result.rows["beta_star"]["wall_seconds"]
+    assert ISSUE_39_SECONDS / 2 <= wall <= 2 * ISSUE_39_SECONDS, wall
+    stiff = [note for note in result.notes if "exhaust their step budget" in note]
+    assert len(stiff) == 1 and stiff[0].startswith("beta_star: 16 cells are expected to exhaust")
+    assert "usa at beta = 16 is too stiff" in stiff[0] and "raise max_steps" in stiff[0]
+    # The default config itself warns of nothing (its usa cells at beta = 8 finish within the budget).
+    monkeypatch.setattr(plan_module, "cell_states",
+                        lambda s: {cell_id(c): "new" for cells in s.batches.values() for c in cells})
+    assert not [note for note in plan(default, cores=2, compile=False).notes if "step budget" in note]

@@ -3,7 +3,7 @@ import pytest
 from reference import random_sphere, random_symmetric
 
 import attnflow
-from attnflow import Cell, SimulationError, simulate
+from attnflow import Cell, simulate
 from attnflow.observables import GROUPS, variables
 
 
@@ -118,8 +118,21 @@ def test_explicit_inputs_refused_with_clear_messages(rng):
         simulate(cell.replace(n_samples=10**11))
 
 
-def test_step_budget_failure_names_the_cell():
-    cell = Cell(H=2, n=6, d=6, attention="usa", beta=8.0, heads="random", seeds=1, t_max=50.0,
+def test_a_step_budget_failure_is_a_failed_seed_stored_with_its_cell():
+    # 50 steps cannot reach t = 50 at usa beta 8: every seed fails, each recorded with its error and
+    # time of failure, NaN after it; the cell is returned (stored, not computed again), uncertified.
+    cell = Cell(H=2, n=6, d=6, attention="usa", beta=8.0, heads="random", seeds=2, t_max=50.0,
                 max_steps=50)
-    with pytest.raises(SimulationError, match=r"cell\(H=2, n=6.*attention='usa'.*step budget"):
-        simulate(cell)
+    ds = simulate(cell)
+    assert ds.failed.values.tolist() == [True, True] and (ds.failure.values == 2).all()
+    assert ds.failure.attrs["flag_meanings"].split()[2] == "step_budget_exhausted"
+    assert ds.attrs["n_seeds_failed"] == 2 and "certificate_error" not in ds.attrs
+    assert ds.attrs["seed_failures"].startswith("2 of 2 seeds failed: step budget of 50 exhausted "
+                                                "(seeds 0, 1;")
+    t_failed = ds.t_failed.values
+    assert np.all((t_failed > 0) & (t_failed < 50.0))
+    for s in range(2):  # samples up to the failure kept, after it NaN
+        after = ds.time.values > t_failed[s]
+        assert np.isnan(ds.gamma_mean.values[s, after]).all()
+        assert np.isfinite(ds.gamma_mean.values[s, ~after]).all() and (~after).sum() >= 1
+    assert not ds.censored.values.any()  # never clustered, but not "censored at t_max" either

@@ -267,7 +267,7 @@ def test_status_names_the_corrupt_chunk(tiny_run, tmp_path, capsys):
     assert attnflow_main(["status", "--configfile", str(config)]) == 0
     out = capsys.readouterr().out
     group = chunk.split("/")[0]
-    assert "corrupt entropy/" in out and f"variable 'entropy' of group {group} chunk" in out, out
+    assert "corrupt entropy (" in out and f"variable 'entropy' of group {group} chunk" in out, out
 
 
 def test_failed_aggregation_leaves_no_current_figure(tiny_run, tmp_path):

@@ -34,7 +34,7 @@ from .experiments import Experiment, Spec
 from .pack import CELL, cell_values, select
 from .store import CorruptStore, StaleStore, load, open_members, quarantine, record_of
 from .store import write as write_store
-from .sweep import describe_failures, store_versions, summary_versions, verify_batch
+from .sweep import describe_failures, seed_footer, store_versions, summary_versions, verify_batch
 
 
 @contextlib.contextmanager
@@ -85,17 +85,85 @@ def _reduce_store(experiment: Experiment, path: str, wanted: Sequence[tuple[dict
                 continue
             rows = [(cid, coords) for cid in ids for coords in by_cell[cid]]
             cells = select(ds, [cid for cid, _ in rows])
-            piece = experiment.reduce(cells).load()
+            piece = _reduce_good_seeds(experiment, cells)
             # A scalar coordinate left by a selection (``isel(time=0)``'s ``time = 0``) describes no axis.
             piece = piece.drop_vars([name for name, coord in piece.coords.items() if coord.ndim == 0])
             certificate = cell_values(cells, "certificate_error").values
+            seeds_failed = (cells.failed.sum("seed").values if "failed" in cells
+                            else np.zeros(len(rows), dtype=int))
+            failures = cell_values(cells, "seed_failures").values
         axes = list(rows[0][1])
         piece = piece.drop_vars(CELL).assign_coords(
             {a: (CELL, [coords[a] for _, coords in rows]) for a in axes})
         piece["certificate_error"] = (CELL, np.asarray(certificate, dtype=float))
         piece["store_cell"] = (CELL, [f"{path}:{cid}" for cid, _ in rows])
+        piece[SEEDS_USED] = (CELL, (cells.sizes["seed"] - seeds_failed).astype(float))
+        piece[SEEDS_FAILED] = (CELL, seeds_failed.astype(float))
+        piece["seed_failures"] = (CELL, [str(f) if isinstance(f, str) else "" for f in failures])
         pieces.append(piece)
     return pieces
+
+
+# Per grid point: the seeds its reductions used and those that failed (NaN where its cell is missing).
+SEEDS_USED, SEEDS_FAILED = "n_seeds_used", "n_seeds_failed"
+_COUNT_ATTRS = {
+    SEEDS_USED: {"units": "1", "long_name": "seeds used",
+                 "description": "seeds of the grid point's cell whose runs succeeded: the reductions use "
+                                "these alone; NaN where the cell is missing"},
+    SEEDS_FAILED: {"units": "1", "long_name": "seeds failed",
+                   "description": "seeds of the grid point's cell whose runs failed (step budget, step-size "
+                                  "underflow, non-finite values), left out of the reductions; NaN where "
+                                  "the cell is missing"},
+}
+
+
+def _reduce_good_seeds(experiment: Experiment, cells: xr.Dataset) -> xr.Dataset:
+    """``experiment.reduce`` of the cells, leaving out their failed seeds (``simulate``'s ``failed``).
+
+    Cells without a failed seed are reduced together, as always; a cell with one is reduced alone
+    on its good seeds, and what the reduction keeps per seed is NaN at the failed ones (what the
+    derivations already read as a missing seed). A cell whose seeds all failed is NaN throughout.
+    """
+    if "failed" not in cells or not bool(cells.failed.any()):
+        return experiment.reduce(cells).load()
+    bad = cells.failed.any("seed").values
+    ids = cells[CELL].values.tolist()
+
+    def take(positions):  # the cells at these positions, their per-cell attributes with them
+        return select(cells, [ids[i] for i in positions])
+
+    parts = {}
+    clean = np.flatnonzero(~bad)
+    if clean.size:
+        reduced = _as_float(experiment.reduce(take(clean)).load())
+        parts.update(zip(clean.tolist(), _split_cells(reduced), strict=True))
+    template = parts[int(clean[0])] if clean.size else None
+    for i in np.flatnonzero(bad).tolist():
+        one = take([i])
+        good = np.flatnonzero(~one.failed.values[0])
+        if good.size:
+            parts[i] = _as_float(experiment.reduce(one.isel(seed=good)).load())
+            if "seed" in parts[i].dims:
+                parts[i] = parts[i].reindex(seed=cells.seed.values, fill_value=np.nan)
+            template = parts[i] if template is None else template
+        else:
+            parts[i] = None
+    for i in [i for i, part in parts.items() if part is None]:  # every seed failed: NaN throughout
+        if template is None:  # the shape of the reduction: of the cell's own (NaN) samples
+            template = _as_float(experiment.reduce(take([i])).load())
+        parts[i] = xr.full_like(template, np.nan).assign_coords({CELL: cells[CELL].values[[i]]})
+    return xr.concat([parts[i] for i in range(cells.sizes[CELL])], dim=CELL, join="outer", fill_value=np.nan,
+                     coords="minimal", compat="override", combine_attrs="drop")
+
+
+def _split_cells(reduced: xr.Dataset) -> list[xr.Dataset]:
+    return [reduced.isel({CELL: [k]}) for k in range(reduced.sizes[CELL])]
+
+
+def _as_float(reduced: xr.Dataset) -> xr.Dataset:
+    """Booleans as 0/1 floats, so that a left-out seed can be NaN."""
+    return reduced.assign({v: reduced[v].astype(float) for v in reduced.data_vars
+                           if reduced[v].dtype == bool})
 
 
 def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, str, str]],
@@ -136,7 +204,8 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     out = xr.concat(pieces, dim=CELL, join="outer", fill_value=np.nan, coords="minimal",
                     compat="override", combine_attrs="drop")
     certificate = _worst_certificate(out.certificate_error.values, out.store_cell.values)
-    out = out.drop_vars(["certificate_error", "store_cell"])
+    seed_failures = _seed_failures(out)
+    out = out.drop_vars(["certificate_error", "store_cell", "seed_failures"])
     # A grid point with no cell (failed, or off a grid of extra points) is NaN: a boolean variable
     # would fill it with bool(NaN) = True and draw a missing cell as a fact.
     out = out.assign({v: out[v].astype(float) for v in out.data_vars if out[v].dtype == bool})
@@ -151,11 +220,24 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     # the figures draw maps cell by cell from sorted edges. Categorical axes keep the config's order.
     out = out.sortby([a for a in axes if np.issubdtype(out[a].dtype, np.number)])
     out = experiment.derive(experiment.with_axes(out, spec), spec)
+    for name, attrs in _COUNT_ATTRS.items():
+        out[name].attrs.update(attrs)
     out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing,
-                      "failed_cells": failed, **certificate})
+                      "failed_cells": failed, **certificate, **seed_failures})
     # Units, long names and descriptions of every variable and coordinate, from one table
     # (attnflow.metadata) and the experiment's own: one it adds without them stops here, named.
     return metadata.describe_summary(out, experiment.name, experiment.metadata)
+
+
+def _seed_failures(out: xr.Dataset) -> dict:
+    """What the figure's footer and the exports say of the failed seeds: how many of how many, at how
+    many grid points, and the first grid point's line (``simulate``'s ``seed_failures``)."""
+    used = np.nan_to_num(out[SEEDS_USED].values)
+    failed = np.nan_to_num(out[SEEDS_FAILED].values)
+    where = np.flatnonzero(failed > 0)
+    first = str(out.seed_failures.values[where[0]]) if where.size else ""
+    return {"n_seeds": int(used.sum() + failed.sum()), "n_seeds_failed": int(failed.sum()),
+            "n_points_with_failed_seeds": int(where.size), "first_seed_failure": first}
 
 
 def _worst_certificate(errors, where) -> dict:
@@ -189,6 +271,9 @@ def aggregate(experiment: Experiment, spec: Spec, entries, output, *, scheduler:
     if failed:
         print(f"WARNING {experiment.name}: {len(failed)} cells failed (NaN in the summary, listed in the "
               f"caption): {describe_failures(failed)}")
+    if summary.attrs.get("n_seeds_failed"):
+        print(f"WARNING {experiment.name}: {seed_footer(summary.attrs)}; the first: "
+              f"{summary.attrs['first_seed_failure']}")
     if missing:
         print(f"WARNING {experiment.name}: {len(missing)} cells have no store (NaN in the summary): "
               + ", ".join(missing))
@@ -214,4 +299,4 @@ def aggregate(experiment: Experiment, spec: Spec, entries, output, *, scheduler:
     return summary
 
 
-__all__ = ["aggregate", "dask_scheduler", "summarise"]
+__all__ = ["SEEDS_FAILED", "SEEDS_USED", "aggregate", "dask_scheduler", "summarise"]

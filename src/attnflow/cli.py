@@ -108,24 +108,31 @@ def _status(args) -> int:
     for name, states in report.items():
         total = sum(len(v) for v in states.values())
         print(f"{name:24} {total:6d}" + "".join(f" {len(states[s]):11d}" for s in STATES))
+    from .workflow import RETRY_KEY, failure_lines
+
+    # Each line names its grid point (experiment and axis values), not the cell's hash, and what to change.
+    failures = failure_lines(sweep)
+    for line in failures:
+        print(line)
+    if failures:
+        print(f"(failures are not retried until their cell, its max_steps or the numerics change; to force "
+              f"them: `snakemake --config {RETRY_KEY}=True`)")
     for name, states in report.items():
         for cid, detail in states["done"].items():
             if detail:  # done, with a remark: a store touched since its manifest, intact
-                print(f"replaced since {name}/{cid}: {detail} (done; the next `snakemake` records it again, "
-                      "computing nothing)")
-        for cid, error in states["failed"].items():
-            print(f"failed {name}/{cid}: {error} (the next `snakemake` retries it once)")
+                print(f"replaced since {sweep.name_of(cid, name)}: {detail} (done; the next `snakemake` "
+                      "records it again, computing nothing)")
         for cid, detail in states["corrupt"].items():
-            print(f"corrupt {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+            print(f"corrupt {sweep.name_of(cid, name)}: {detail} (the next `snakemake` recomputes it)")
         for cid, detail in states["stale"].items():
-            print(f"stale {name}/{cid}: {detail} (the next `snakemake` recomputes it)")
+            print(f"stale {sweep.name_of(cid, name)}: {detail} (the next `snakemake` recomputes it)")
     for name, why in outdated.items():
         print(f"summary {name}: {why} (the next `snakemake` rebuilds it and its figure)")
     for name, cells in uncertified(sweep, args.certificate_bound).items():
         for cid, value in cells.items():
-            print(f"uncertified {name}/{cid}: certificate_error {value:.3g} > {args.certificate_bound:g} "
-                  "(its worst seed's bound on the error of a recorded variable, relative to its scale: "
-                  "tighten the block's rtol)")
+            print(f"uncertified {sweep.name_of(cid, name)}: certificate_error {value:.3g} > "
+                  f"{args.certificate_bound:g} (its worst seed's bound on the error of a recorded variable, "
+                  "relative to its scale): tighten rtol and atol in its block (or defaults)")
     # During a run: the share done and an ETA per experiment (attnflow.progress).
     from .progress import progress, render
 

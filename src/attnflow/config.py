@@ -64,6 +64,9 @@ TOP_LEVEL = {
     "experiments": (None, "the experiments to run: name -> block with fixed, grid, batch_over, extra_points"),
     "refinement": ([], "the rounds an older `attnflow refine` recorded in a copy of the config (a record; "
                        "ignored: refine now records its points in the results directory, refinement.json)"),
+    "retry_failures": (False, "compute known failures again (seeds or cells the numbers failed, which "
+                              "runs otherwise skip until their cell or the numerics change): "
+                              "`snakemake --config retry_failures=True`"),
 }
 
 
@@ -184,6 +187,7 @@ def schema(experiments=None) -> dict:
     top["figure_width"].update({"type": "number", "minimum": FIGURE_WIDTHS[0], "maximum": FIGURE_WIDTHS[1]})
     top["experiment_modules"].update({"type": "array", "items": {"type": "string"}})
     top["refinement"].update({"type": "array", "items": {"type": "object"}})
+    top["retry_failures"]["type"] = "boolean"
     top["defaults"].update(cell_fields)
     top["experiments"].update({"type": "object", "minProperties": 1, "additionalProperties": False,
                                "properties": blocks})

@@ -39,6 +39,7 @@ def table(summary: xr.Dataset, lines: list[str], columns: Columns) -> pd.DataFra
     flattening. Every column's description and units, the lines' own included,
     go to ``DataFrame.attrs["columns"]`` and ``["units"]`` (and to the files).
     """
+    columns = {**columns, **_seed_columns(summary, lines, columns)}
     arrays = {}
     for name, (array, *_) in columns.items():
         extra = [d for d in array.dims if d not in lines]
@@ -180,6 +181,20 @@ def threshold_columns(name: str, fails: xr.DataArray, axis: str, what: str, unit
         "seeds": (found.seeds, "seeds computed on the line (on, below and above the grid add up to it)",
                   "1"),
     }
+
+
+def _seed_columns(summary: xr.Dataset, lines: list[str], columns: Columns) -> Columns:
+    """How many seed runs each row rests on and how many failed (left out), summed over the grid
+    points of its line: from the summary's per-point counts (``aggregate``), where it has them."""
+    out = {}
+    for name, source, doc in (("seeds_used", "n_seeds_used", "seed runs the row's estimates use, over the "
+                                                              "grid points of its line"),
+                              ("seeds_failed", "n_seeds_failed", "seed runs that failed (step budget, "
+                                                                 "underflow, non-finite), left out")):
+        if source in summary and name not in columns and set(summary[source].dims) >= set(lines):
+            counts = summary[source]
+            out[name] = (counts.sum([d for d in counts.dims if d not in lines], min_count=1), doc)
+    return out
 
 
 def first_crossing(values: np.ndarray, axis_values: np.ndarray, level: float, *, geometric: bool = True):

@@ -18,7 +18,7 @@ import xarray as xr  # noqa: E402
 from . import plotting  # noqa: E402  (the figures' theme, set on import)
 from .experiments import Spec, registry  # noqa: E402
 from .numerics import CERTIFICATE_BOUND  # noqa: E402
-from .sweep import describe_failures  # noqa: E402
+from .sweep import seed_footer  # noqa: E402
 
 DPI = 150  # of the PNG
 
@@ -37,9 +37,13 @@ def certificate_line(summary: xr.Dataset) -> str:
 
 
 def failed_note(summary: xr.Dataset) -> str:
-    """``Failed cells (missing in the figure): ...`` for a summary with failed cells, else ``""``."""
+    """One short line on what failed, else ``""``: the seeds left out (``sweep.seed_footer``) and
+    the cells missing; `attnflow status` names each with its remedy."""
     failed = json.loads(summary.attrs.get("failed_cells") or "[]")
-    return f"Failed cells (missing in the figure): {describe_failures(failed)}." if failed else ""
+    parts = [seed_footer(summary.attrs)] if summary.attrs.get("n_seeds_failed") else []
+    if failed:
+        parts.append(f"{len(failed)} cell{'s' if len(failed) > 1 else ''} failed (missing)")
+    return f"Failed: {'; '.join(parts)}; `attnflow status` names them." if parts else ""
 
 
 def _under_everything(fig, text: str, right: bool = False) -> None:

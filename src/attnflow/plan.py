@@ -42,6 +42,10 @@ JOB_START_SECONDS = 2.0
 # config/config.yaml's cells (638 then) 2,462 s against 118 s (20.8x; README, bench_workflow). Per
 # experiment it ranges from 0.3x (metastability's long horizons) to 49x (trained heads).
 MODEL_OVER_CPU = 18.0
+# A cell expected to exhaust its step budget (resources.exhausts_budget) takes exactly that many steps
+# per seed: its model is an upper estimate only in its cost per field evaluation, SECONDS_PER_CALL
+# against the measured fixed cost (its stiff cells are small fields, where that cost dominates).
+BUDGET_OVER_CPU = resources.SECONDS_PER_CALL / resources.MEASURED_SECONDS_PER_CALL
 # Compiling the engine where numba's cache is empty (resources.STARTUP_SECONDS
 # allows for it in every request), once per node and cache: measured 24 s on a Skylake-X, 42-49 s on
 # an AMD Zen 4 with numba 0.68 (docs/performance.md). The plan allows for the slower machine.
@@ -83,8 +87,34 @@ def expected_seconds(cells, threads: int) -> float:
     """What a simulate job computing ``cells`` on ``threads`` threads should take: its start-up, and
     each cell's expected CPU time spread over the threads its seeds can keep busy (the engine runs a
     cell's trajectories in parallel, one per thread at a time)."""
-    return JOB_START_SECONDS + sum(resources.cell_seconds(c) / MODEL_OVER_CPU / min(threads, c.n_seeds)
-                                   for c in cells)
+    return JOB_START_SECONDS + sum(
+        resources.cell_seconds(c) / (BUDGET_OVER_CPU if resources.exhausts_budget(c) else MODEL_OVER_CPU)
+        / min(threads, c.n_seeds) for c in cells)
+
+
+def stiff_notes(sweep: Sweep, states: dict[str, str], threads: int = SIMULATE_THREADS) -> list[str]:
+    """Per experiment, a warning for the cells still to compute that the cost model expects to exhaust
+    their step budget: how many, at which attention and beta, the compute they will spend failing,
+    and the remedy."""
+    notes = []
+    for name, points in sweep.points.items():
+        stiff = {}
+        for p in points:
+            cid = cell_id(p.cell)
+            if states.get(cid) != "done" and resources.exhausts_budget(p.cell) and sweep.owner.get(cid):
+                stiff[cid] = p.cell
+        if not stiff:
+            continue
+        cells = list(stiff.values())
+        where = sorted({(c.attention, c.beta) for c in cells}, key=lambda k: (k[0], k[1]))
+        at = ", ".join(f"{a} at beta = {b:g}" for a, b in where[:4]) + (", ..." if len(where) > 4 else "")
+        budgets = sorted({c.max_steps for c in cells})
+        seconds = expected_seconds(cells, threads) - JOB_START_SECONDS
+        notes.append(f"{name}: {len(cells)} cells are expected to exhaust their step budget (max_steps "
+                     f"{', '.join(map(str, budgets))}): {at} is too stiff; their seeds will fail (stored as "
+                     f"failed, not retried) after ~{_duration(seconds)} of compute; drop those values, or "
+                     "raise max_steps to compute them")
+    return notes
 
 
 def jobs(sweep: Sweep, states: dict[str, str] | None = None,
@@ -167,7 +197,7 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
     rebuilds = sum(1 for name in sweep.specs if rows[name]["rebuild"])
     rows["total"] = _summarise(list(all_jobs.values()), list(states.values()), slots, threads, rebuilds,
                                cores, compile_seconds)
-    notes = []
+    notes = stiff_notes(sweep, states, threads)
     if compile_seconds:
         notes.append(f"numba's cache of the engine is not found here: {COMPILE_SECONDS:.0f} s to compile it "
                      "are counted once")
@@ -242,4 +272,4 @@ def to_json(result: Plan) -> str:
 
 __all__ = ["COMPILE_SECONDS", "JOB_START_SECONDS", "MANY_JOBS", "MODEL_OVER_CPU", "Job", "Plan",
            "cell_states", "engine_cached", "expected_seconds", "jobs", "makespan", "plan", "profile_settings",
-           "render", "to_json"]
+           "render", "stiff_notes", "to_json"]

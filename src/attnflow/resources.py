@@ -28,14 +28,24 @@ from .observables import GROUPS, variables
 # Measured: peak RSS of a job simulating a tiny cell: 250 MB with the compiled
 # kernels cached, up to 700 MB when it compiles them (LLVM), as a fresh node does.
 BASELINE_MB = 800
-# A job's peak over its largest cell's arrays: the arrays themselves, the Dataset
-# that wraps them (no copy), and zarr's encoded buffers while writing (<= 1x).
+# A job's peak over its largest cell's arrays other than the recorded variables (score matrices, the
+# engine's buffers, the initial tokens): the arrays themselves and their copies while built.
 ARRAY_FACTOR = 2.5
+# Copies of what the cells record a job holds at its peak, the write of its store: the datasets, their
+# stack by shape, the encoded bytes and zarr's buffers (tracemalloc: 3.8x at 40,000 seeds of one cell).
+RECORDED_COPIES = 4
+# Drawing a seeded cell's initial tokens: per seed, its own small array and generator (~400 bytes
+# beyond the numbers, tracemalloc at 40,000 seeds), and the state words of its stream, which
+# ``streams`` keeps for the process (~340 bytes an entry, at most STREAM_CACHE_ENTRIES of them).
+DRAW_BYTES_PER_SEED = 400
+STREAM_CACHE_BYTES = 340
+STREAM_CACHE_ENTRIES = 1 << 16
 # Measured engine throughput on one core (tests/test_resources.py keeps the
 # estimate above the measured runtime): dense products run at 20-45 GFLOP/s;
 # small fields are dominated by ~2 us of fixed cost per evaluation.
 FLOPS_PER_SECOND = 1.0e10
 SECONDS_PER_CALL = 5e-6
+MEASURED_SECONDS_PER_CALL = 2e-6  # the fixed cost measured, of which SECONDS_PER_CALL is the ceiling
 # Interpreter and imports (~2 s), plus compiling the kernels on a node without
 # numba's cache (measured 24 s since 295a5ad, 30-45 s before; the request keeps the margin).
 STARTUP_SECONDS = 90.0
@@ -63,12 +73,21 @@ def rank(cell: Cell) -> int:
 # What a cell's memory depends on. ``size`` is the one place that reads it from a cell; the byte counts
 # below are functions of it alone, so cells of one size need the same memory (a grid of 10^5 cells has
 # a handful of sizes, and config validation sizes each once).
-Size = namedtuple("Size", "n_seeds n_samples n d H observables head_entries")
+Size = namedtuple("Size", "n_seeds n_samples n d H observables head_entries streams")
 
 
 def size(cell: Cell) -> Size:
     """The ``Size`` of a cell (1.1 us: config validation takes it for every grid point)."""
-    return Size(cell.n_seeds, cell.n_samples, cell.n, cell.d, cell.H, cell.observables, head_entries(cell))
+    return Size(cell.n_seeds, cell.n_samples, cell.n, cell.d, cell.H, cell.observables, head_entries(cell),
+                streams(cell))
+
+
+def streams(cell: Cell) -> int:
+    """Random streams a cell draws per seed (``attnflow.streams``): its tokens', if seeded, and its
+    heads' and strengths', if drawn per seed."""
+    from .tokens import INITS
+
+    return int(INITS.get(cell.init).seeded) + (2 if cell.heads_per_seed else 0)
 
 
 def _recorded(of: Size) -> int:
@@ -79,10 +98,25 @@ def _recorded(of: Size) -> int:
     return of.n_seeds * of.n_samples * per_sample
 
 
-def _held(of: Size) -> int:
+def _tokens(of: Size) -> int:
+    """The initial tokens, as drawn and as the engine integrates them (a contiguous or in-span copy)."""
+    return 2 * of.n_seeds * of.n * of.d * 8
+
+
+def _drawing(of: Size) -> int:
+    """What drawing the initial tokens holds beyond them for a moment: each seed's own draw (its
+    array and generator), the norms, the normalised copy."""
+    return of.n_seeds * (DRAW_BYTES_PER_SEED + of.n * of.d * 8 + of.n * 8) if of.streams else 0
+
+
+def _built(of: Size) -> int:
     matrices = 3 * of.head_entries * 8  # building (two copies at its peak), then stored
     buffers = 2 * (4 * of.H * of.n * of.n + 8 * of.H * of.n * of.d) * 8  # two threads
-    return int(_recorded(of) + matrices + buffers)
+    return int(matrices + buffers)
+
+
+def _held(of: Size) -> int:
+    return int(_recorded(of) + _built(of) + _tokens(of))
 
 
 def recorded_bytes(cell: Cell) -> int:
@@ -91,8 +125,22 @@ def recorded_bytes(cell: Cell) -> int:
 
 
 def cell_bytes(cell: Cell) -> int:
-    """Bytes of the arrays one cell's simulation holds: recorded variables, score matrices, buffers."""
+    """Bytes of the arrays one cell's simulation holds: recorded variables, score matrices, buffers,
+    initial tokens."""
     return _held(size(cell))
+
+
+def job_bytes(cells: Iterable[Cell]) -> int:
+    """Bytes a job simulating ``cells`` (one after another) holds at its peak beyond the interpreter:
+    ``RECORDED_COPIES`` of what every cell records (it keeps each finished cell until it writes its
+    batch's store), the largest cell's other arrays (``ARRAY_FACTOR`` of its score matrices and
+    buffers, its initial tokens and what drawing them holds), and the streams' state words the
+    process keeps."""
+    sizes = [size(c) for c in cells]
+    recorded = sum(_recorded(of) for of in sizes)
+    transient = max((ARRAY_FACTOR * _built(of) + _tokens(of) + _drawing(of) for of in sizes), default=0)
+    cached = min(STREAM_CACHE_ENTRIES, max((of.n_seeds * of.streams for of in sizes), default=0))
+    return int(RECORDED_COPIES * recorded + transient + cached * STREAM_CACHE_BYTES)
 
 
 def oversized(cell: Cell | Size) -> str | None:
@@ -108,14 +156,9 @@ def oversized(cell: Cell | Size) -> str | None:
 
 
 def memory_mb(cells: Iterable[Cell], attempt: int = 1) -> int:
-    """Peak memory request of a job simulating ``cells`` (one after another), doubled per retry.
-
-    The job keeps every finished cell until it writes its batch's store (one file): three copies
-    of what the cells record (the datasets, their stack by shape, the encoded bytes)."""
-    cells = list(cells)
-    worst = max((cell_bytes(c) for c in cells), default=0)
-    held = 3 * sum(recorded_bytes(c) for c in cells)
-    return int((BASELINE_MB + (ARRAY_FACTOR * worst + held) / 2**20) * 2 ** (attempt - 1)) + 1
+    """Peak memory request of a job simulating ``cells`` (one after another), doubled per retry: the
+    interpreter's ``BASELINE_MB`` and ``job_bytes``."""
+    return int((BASELINE_MB + job_bytes(cells) / 2**20) * 2 ** (attempt - 1)) + 1
 
 
 def stiffness(cell: Cell) -> float:
@@ -127,6 +170,19 @@ def stiffness(cell: Cell) -> float:
     return ATTENTIONS.get(cell.attention).stiffness(cell.beta * cell.max_score_matrix_norm)
 
 
+# resources.steps over the measured steps: 6x at the median cell of the default config (at least 1.2x).
+STEPS_OVER_MEASURED = 6.0
+# A cell whose modelled steps exceed its budget this many times is expected to exhaust it: the model
+# overstates usa's e^s stiffness (at beta = 8 it models 1.3x the default budget, where the default
+# run's seeds finish), but not by 10x; at beta = 16 it is 4,000x, and every seed fails (issue 39).
+STIFF_FACTOR = 10.0
+
+
+def model_steps(cell: Cell) -> float:
+    """The step model without the budget's cap (``steps``)."""
+    return 70.0 * (1e-6 / cell.rtol) ** 0.2 * (1.0 + np.log1p(cell.t_max)) * stiffness(cell)
+
+
 def steps(cell: Cell) -> float:
     """An upper estimate of a trajectory's accepted steps.
 
@@ -136,10 +192,16 @@ def steps(cell: Cell) -> float:
     measured over the default config's 435 cells (2 to 44,000 steps; at least 1.2x
     each, 6x at the median), and capped by the step budget ``max_steps``.
     """
-    model = 70.0 * (1e-6 / cell.rtol) ** 0.2 * (1.0 + np.log1p(cell.t_max)) * stiffness(cell)
     # No trajectory takes more than its budget (accepted and rejected): e^s stiffness at usa's large
     # beta would otherwise plan 10^14 core-hours for cells that fail in seconds.
-    return min(model, float(cell.max_steps))
+    return min(model_steps(cell), float(cell.max_steps))
+
+
+def exhausts_budget(cell: Cell) -> bool:
+    """Whether the cost model expects the cell's seeds to exhaust ``max_steps`` (and fail): its
+    modelled steps exceed the budget ``STIFF_FACTOR`` times. Such a cell costs exactly its budget
+    per seed: its step count is no longer an upper estimate."""
+    return model_steps(cell) > STIFF_FACTOR * cell.max_steps
 
 
 def cell_seconds(cell: Cell) -> float:
@@ -166,5 +228,6 @@ def runtime_minutes(cells: Iterable[Cell], attempt: int = 1) -> int:
     return max(MIN_MINUTES, int(np.ceil(seconds / 60.0))) * 2 ** (attempt - 1)
 
 
-__all__ = ["MAX_CELL_BYTES", "Size", "cell_bytes", "cell_seconds", "memory_mb", "oversized", "recorded_bytes",
-           "runtime_minutes", "size", "steps"]
+__all__ = ["MAX_CELL_BYTES", "Size", "cell_bytes", "cell_seconds", "exhausts_budget", "job_bytes",
+           "memory_mb", "model_steps", "oversized", "recorded_bytes", "runtime_minutes", "size", "steps",
+           "streams"]

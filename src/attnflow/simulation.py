@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 import numpy as np
 import xarray as xr
 
 from . import __version__
 from .attention import ATTENTIONS
 from .cell import INT64_MAX, MAX_EXPONENT, MIN_RTOL, Cell
-from .engine import IntegrationError, criterion_text, solve
+from .engine import IntegrationError, criterion_text, failure_reason, solve
 from .heads import Form, head_matrices
 from .metadata import COORDINATES
 from .observables import variables
@@ -117,7 +119,6 @@ def simulate(
     if too_large:
         raise ValueError(f"{describe(cell)}: {too_large}")
     n_seeds, n, d, H = cell.n_seeds, cell.n, cell.d, cell.H
-    spherical = cell.spherical
 
     values = None
     if score_matrices is None:
@@ -141,15 +142,14 @@ def simulate(
         x_init = _check_x0(cell, x0)
 
     times = cell.sample_times()
-    try:
-        result = _integrate(cell, x_init, given, values, times, cell.rtol, cell.atol, cell.max_steps)
-    except IntegrationError as err:
-        raise SimulationError(f"{describe(cell)}: {err}") from err
+    result = _integrate(cell, x_init, given, values, times, cell.rtol, cell.atol, cell.max_steps,
+                        strict=False)
     recorded = result.variables
-    measured = times[None, :] <= result.t_stop[:, None]  # (seed, time): samples the run reached
-    _check_finite(cell, recorded, measured, result.norm_drift if spherical else None)
-    certificate, certificate_per_seed = _certificate(cell, result, x_init, given, values, times) if certify \
-        else ({}, {})
+    failure, t_failed, reasons = _seed_failures(cell, result, times)
+    failed = failure != SeedFailure.OK
+    # A failed seed has nothing to certify: the certificate covers the seeds that succeeded.
+    certificate, certificate_per_seed = ({}, {}) if not certify else \
+        _certificate(cell, result, x_init, given, values, times, skip=failed)
 
     data_vars = {}
     attention = ATTENTIONS.get(cell.attention)
@@ -161,10 +161,19 @@ def simulate(
         "description": f"first time {criterion} holds, in {FLOW_TIME}, located by bisection on the "
                        "integrator's dense output; NaN when censored",
     })
-    data_vars["censored"] = ("seed", np.isnan(result.t_cluster), {
+    data_vars["censored"] = ("seed", np.isnan(result.t_cluster) & ~failed, {
         "units": "1", "long_name": "not clustered by t_max",
-        "description": f"{criterion} never held up to t_max",
+        "description": f"{criterion} never held up to t_max (False for a failed seed)",
     })
+    data_vars["failed"] = ("seed", failed, {
+        "units": "1", "description": "the seed's run failed (see failure, t_failed): its samples from "
+                                     "t_failed on are NaN and the reductions leave the seed out"})
+    data_vars["failure"] = ("seed", failure.astype(np.int8), {
+        "units": "1", "description": "why the seed's run failed (0: it did not)",
+        "flag_values": [f.value for f in SeedFailure],
+        "flag_meanings": " ".join(f.name.lower() for f in SeedFailure)})
+    data_vars["t_failed"] = ("seed", t_failed, {
+        "units": "time", "description": "time at which the seed's run failed; NaN where it did not"})
     if cell.stop_at_cluster:
         data_vars["t_stop"] = ("seed", result.t_stop, {
             "units": TIME_UNITS, "long_name": "stopping time",
@@ -218,6 +227,9 @@ def simulate(
         "solver_rhs_calls": int(result.n_rhs_calls.sum()),
         "solver_max_retraction": float(result.max_retraction.max()),
         **certificate,
+        # Per failed seed, its error in words; "" where none failed (the pack keeps what cells share once).
+        "n_seeds_failed": int(failed.sum()),
+        "seed_failures": _failure_summary(cell, failure, reasons),
     })
     coords = {name: (name, values, COORDINATES[name].attrs()) for name, values in (
         ("seed", np.array(cell.seeds, dtype=np.int64)), ("time", times), ("head", np.arange(H)),
@@ -225,16 +237,87 @@ def simulate(
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
-def _integrate(cell, x_init, given, values, times, rtol, atol, max_steps):
+def _integrate(cell, x_init, given, values, times, rtol, atol, max_steps, strict=True):
     """The engine on a cell's flow, score matrices (``given``: the form's keyword -> its arrays) and
     criterion: the one spelling of the call (the certificate's rerun differs in the tolerances, the
-    step budget and the seeds alone)."""
+    step budget and the seeds alone). ``strict``: a trajectory that fails raises ``IntegrationError``;
+    else it comes back with its ``status``."""
     return solve(
         x_init, **given, attention=cell.attention, beta=cell.beta, spherical=cell.spherical, mask=cell.mask,
         t_eval=times, rtol=rtol, atol=atol, max_steps=max_steps, values=values, groups=cell.observables,
         cluster_metric=cell.cluster_metric, cluster_threshold=cell.cluster_threshold,
-        cluster_eps=cell.cluster_eps, stop_at_cluster=cell.stop_at_cluster,
+        cluster_eps=cell.cluster_eps, stop_at_cluster=cell.stop_at_cluster, strict=strict,
     )
+
+
+class SeedFailure(IntEnum):
+    """Why a seed's run failed (the stored ``failure``; CF ``flag_values``/``flag_meanings``)."""
+
+    OK = 0
+    STEP_SIZE_UNDERFLOW = 1  # the engine's Status.UNDERFLOW: non-finite or stiff
+    STEP_BUDGET_EXHAUSTED = 2  # the engine's Status.BUDGET: max_steps spent
+    NON_FINITE_VALUES = 3  # a recorded variable not finite where the run reached
+    LEFT_THE_SPHERE = 4  # | ||x_i|| - 1 | above _MAX_SPHERE_DRIFT
+
+
+def _seed_failures(cell, result, times):
+    """Per seed: ``SeedFailure`` code, time of failure (NaN where none) and the error in words.
+
+    The engine's failures (step budget, step-size underflow) stop a trajectory at ``t_stop``, its
+    later samples already NaN; a non-finite recorded value fails its seed at the first sample
+    holding one, and the samples from there on are blanked here; a drift off the sphere (measured
+    over the whole run) fails the seed at the end of its run. A failed seed keeps its samples
+    before the failure: what it computed there is right, and the reductions leave it out anyway.
+    """
+    failure = np.zeros(cell.n_seeds, dtype=np.int8)
+    t_failed = np.full(cell.n_seeds, np.nan)
+    reasons = [""] * cell.n_seeds
+    for b in np.flatnonzero(result.status != 0):
+        failure[b] = SeedFailure(int(result.status[b]))  # the engine's codes, the same numbers
+        t_failed[b] = result.t_stop[b]
+        reasons[b] = (f"{failure_reason(result.status[b], cell.max_steps)} at t = {result.t_stop[b]:.6g} "
+                      f"of {times[-1]:g}")
+    measured = times[None, :] <= result.t_stop[:, None]  # (seed, time): samples the run reached
+    first_bad = np.full(cell.n_seeds, times.size)
+    bad_name = [""] * cell.n_seeds
+    for name, v in result.variables.items():
+        if v.dtype.kind != "f":
+            continue
+        bad = ~np.isfinite(v).reshape(v.shape[:2] + (-1,)).all(-1) & measured
+        for b in np.flatnonzero(bad.any(1)):
+            k = int(np.argmax(bad[b]))
+            if k < first_bad[b]:
+                first_bad[b], bad_name[b] = k, name
+    for b in np.flatnonzero(first_bad < times.size):
+        k = first_bad[b]
+        if failure[b] == SeedFailure.OK or times[k] < t_failed[b]:
+            failure[b], t_failed[b] = SeedFailure.NON_FINITE_VALUES, times[k]
+            reasons[b] = f"non-finite values in {bad_name[b]} at t = {times[k]:.6g} of {times[-1]:g}"
+        for v in result.variables.values():
+            v[b, k:] = np.nan if v.dtype.kind == "f" else -1
+    if cell.spherical:
+        for b in np.flatnonzero((result.norm_drift > _MAX_SPHERE_DRIFT) & (failure == SeedFailure.OK)):
+            failure[b], t_failed[b] = SeedFailure.LEFT_THE_SPHERE, result.t_stop[b]
+            reasons[b] = f"tokens left the sphere (drift {result.norm_drift[b]:.3g})"
+    return failure, t_failed, reasons
+
+
+def _failure_summary(cell, failure, reasons) -> str:
+    """The failed seeds in one line, by kind of error: ``"3 of 16 seeds failed: step budget of 100
+    exhausted (seeds 2, 5, 9; the first at t = 3.1 of 8)"``; ``""`` when none did."""
+    failed = np.flatnonzero(failure != SeedFailure.OK)
+    if not failed.size:
+        return ""
+    by_kind: dict[str, list] = {}
+    for b in failed:
+        kind, _, when = reasons[b].partition(" at ")
+        by_kind.setdefault(kind, []).append((int(cell.seeds[b]), when))
+    parts = []
+    for kind, seeds in by_kind.items():
+        listed = ", ".join(str(seed) for seed, _ in seeds[:5]) + (", ..." if len(seeds) > 5 else "")
+        first = f"; the first at {seeds[0][1]}" if seeds[0][1] else ""
+        parts.append(f"{kind} (seed{'s' if len(seeds) > 1 else ''} {listed}{first})")
+    return f"{failed.size} of {cell.n_seeds} seeds failed: " + "; ".join(parts)
 
 
 def _certificate(cell, result, x_init, given, values, times, skip=None) -> tuple[dict, dict]:
@@ -395,22 +478,3 @@ def _check_x0(cell, x0):
             raise ValueError(f"x0: tokens are not on the unit sphere (max | ||x_i|| - 1 | = {off:.3g})")
         x0 = unit_rows(x0)
     return x0
-
-
-def _check_finite(cell, recorded, measured, sphere_drift):
-    """Every measured sample finite, tokens on the sphere; ``measured`` is (seed, time)."""
-    every = bool(measured.all())  # the usual case: no run stopped early, no samples to leave out
-
-    def finite(v):
-        if every:
-            return bool(np.isfinite(v).all())
-        mask = measured.reshape(measured.shape + (1,) * (v.ndim - 2))
-        return np.all(np.isfinite(v) | ~mask)
-
-    bad = [k for k, v in recorded.items() if v.dtype.kind == "f" and not finite(v)]
-    if bad:
-        raise SimulationError(f"{describe(cell)}: non-finite values in {', '.join(bad)}")
-    if sphere_drift is not None:
-        drift = float(np.max(sphere_drift))
-        if drift > _MAX_SPHERE_DRIFT:
-            raise SimulationError(f"{describe(cell)}: tokens left the sphere (drift {drift:.3g})")

@@ -16,6 +16,7 @@ first that needs it, so one job writes it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import time
@@ -71,6 +72,60 @@ def describe_failures(failed: list[dict]) -> str:
 
     return "; ".join(", ".join(f"{k}={v}" for k, v in f["coords"].items()) + f" ({short(f['error'])})"
                      for f in failed)
+
+
+def _plain(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def grid_point_name(experiment: str, coords: dict) -> str:
+    """A grid point as a person reads it: ``beta_star (attention=usa, H=2, heads=block, n=4, beta=16)``."""
+    if not coords:
+        return experiment
+    return f"{experiment} ({', '.join(f'{k}={_plain(v)}' for k, v in coords.items())})"
+
+
+def batch_experiment(batch: str) -> str:
+    """The experiment a batch belongs to: its name's first part (``_batch_key``)."""
+    return batch.split("-", 1)[0]
+
+
+def cell_name(cell: Cell, batch: str, config: dict) -> str:
+    """A batch's cell named by its grid point (``grid_point_name``), from the config alone: the batch's
+    experiment and the values of that experiment's grid axes (the fields a grid point sets). A simulate
+    job names its cells so without expanding the sweep."""
+    experiment = batch_experiment(batch)
+    block = (config.get("experiments") or {}).get(experiment) or {}
+    axes = list(block.get("grid") or {}) or [a for extra in block.get("extra_points") or () for a in extra]
+    return grid_point_name(experiment, {a: getattr(cell, a) for a in dict.fromkeys(axes) if hasattr(cell, a)})
+
+
+def failure_remedy(cell: Cell, error: str) -> str:
+    """What to change for a failure the numbers decide (``error``: a seed's or a cell's), in words: the
+    step budget, the tolerance, or the stiffness that caused it (the cost model's, ``resources``)."""
+    from .resources import stiffness
+
+    stiff = stiffness(cell)
+    why = (f"{cell.attention} at beta = {cell.beta:g} is stiff (the cost model puts its steps at "
+           f"{stiff:.3g}x a mild flow's)" if stiff > 100 else "")
+    if "step budget" in error:
+        fix = f"raise max_steps (now {cell.max_steps}) or loosen rtol (now {cell.rtol:g})"
+        return f"{fix}; {why}: a lower beta or t_max is cheaper" if why else fix
+    if "underflow" in error or "non-finite" in error or "left the sphere" in error:
+        return (f"{why}: lower beta or t_max" if why else
+                f"the flow overflows or blows up here: lower beta or t_max (now {cell.t_max:g})")
+    return "see the error; `attnflow status` lists the failures"
+
+
+def seed_footer(attrs) -> str:
+    """``"5 of 48 seeds failed, at 3 grid points (left out)"``: a summary's failed seeds in one line
+    ("" when none failed)."""
+    failed = int(attrs.get("n_seeds_failed") or 0)
+    if not failed:
+        return ""
+    points = int(attrs.get("n_points_with_failed_seeds") or 0)
+    return (f"{failed} of {int(attrs.get('n_seeds') or 0)} seeds failed, at {points} grid point"
+            f"{'s' if points != 1 else ''} (left out)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +235,19 @@ class Sweep:
             out.append((p.coords, str(self.layout.store(self.owner[cid])), cid))
         return out
 
+    @functools.cached_property
+    def _names(self) -> dict[str, dict[str, str]]:
+        return {name: {cell_id(p.cell): grid_point_name(name, p.coords) for p in reversed(points)}
+                for name, points in self.points.items()}
+
+    def name_of(self, cid: str, experiment: str | None = None) -> str:
+        """A cell id as a person reads it (``grid_point_name``): the grid point of ``experiment`` that
+        uses the cell, or of the first experiment that does; the id itself for a cell none uses."""
+        for name in [experiment] if experiment in self._names else self._names:
+            if cid in self._names[name]:
+                return self._names[name][cid]
+        return cid
+
     def batches_of(self, name: str) -> list[str]:
         """The batches holding an experiment's cells (its own and those it shares)."""
         return sorted({self.owner[cell_id(p.cell)] for p in self.points[name]})
@@ -187,11 +255,13 @@ class Sweep:
 
 @dataclasses.dataclass
 class BatchResult:
-    """What ``run_batch`` leaves: the batch's store, the cells it holds, those that failed (id -> error)."""
+    """What ``run_batch`` leaves: the batch's store, the cells it holds, those that failed whole (id ->
+    error) and those that hold failed seeds (id -> ``simulate``'s ``seed_failures`` line)."""
 
     path: Path
     cells: dict[str, str]  # cell id -> its group in the store
     failed: dict[str, str]
+    seed_failures: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 # Errors that fail one cell, named, and let its batch go on: the simulation's own, and the
@@ -236,7 +306,8 @@ def _pending_cells(directory: Path) -> dict[str, xr.Dataset]:
 CHECKPOINT_SECONDS = 60.0
 
 
-def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, provenance=None) -> BatchResult:
+def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, provenance=None,
+              names: dict[str, str] | None = None, retry_failed: bool = False) -> BatchResult:
     """Simulate a batch's cells that its store does not hold, and write its store with all of them.
 
     The store's cells are reused if its record matches (every byte checked):
@@ -245,10 +316,14 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     The cells computed are checkpointed into ``Layout.pending`` (a store each
     ``CHECKPOINT_SECONDS``), so a job killed mid-batch loses at most that much
     work; the batch's store is written when every cell is done, and the
-    checkpoints removed. A cell that fails (``SimulationError``: step budget,
-    non-finite values; or an arithmetic error in the compiled code) is left out,
-    its error returned, and the batch goes on: one bad cell costs its own point
-    of the figure, not the figure.
+    checkpoints removed. A seed that fails (step budget, step-size underflow,
+    non-finite values) is stored as failed with its cell (``simulate``): the
+    numbers decide it, so the stored cell is final until the cell, its
+    ``max_steps`` or the numerics version changes, unless ``retry_failed``
+    (such cells are computed again). A cell that fails whole (an arithmetic
+    error in the compiled code) is left out, its error returned, and the batch
+    goes on. A ``MemoryError`` or a kill ends the job: the next run retries it.
+    ``names``: cell id -> how the log names it (``cell_name``; default the id).
     """
     import shutil
 
@@ -260,12 +335,19 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     path, pending = layout.store(batch), layout.pending(batch)
     cells = list(cells)
     ids = [cell_id(c) for c in cells]
+    names = names or {}
     # Every byte: a job reads its own store once. The start-up check compares sizes and times
     # only; bit rot reaches this job through the ticket `attnflow status --deep` writes.
     state, have = _read_cells(path)
     if state.status in ("corrupt", "stale"):
         log(f"{path.name}: {state.status} ({state.detail}); its "
             + ("intact cells are kept" if state.status == "corrupt" else "cells are computed again"))
+    if retry_failed:
+        again = [cid for cid, ds in have.items() if ds.attrs.get("n_seeds_failed")]
+        for cid in again:
+            del have[cid]
+        if again:
+            log(f"retry_failed: {len(again)} cells with failed seeds computed again")
     stored = set(have)
     resumed = {cid: ds for cid, ds in _pending_cells(pending).items() if cid not in have}
     have.update(resumed)
@@ -273,9 +355,10 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     unsaved: dict = {}  # computed since the last checkpoint
     last_checkpoint = time.monotonic()
     for i, (cell, cid) in enumerate(zip(cells, ids, strict=True), 1):
+        name = names.get(cid, cid)
         if cid in have:
-            log(f"[{i}/{len(cells)}] {cid}: complete" + (", skipped" if cid in stored else
-                                                          " (finished by a killed job), skipped"))
+            log(f"[{i}/{len(cells)}] {name}: complete" + (", skipped" if cid in stored else
+                                                           " (finished by a killed job), skipped"))
             continue
         start, compiled = time.perf_counter(), compilations()
         try:
@@ -284,12 +367,15 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
             error = str(err) if isinstance(err, SimulationError) else \
                 f"{describe(cell)}: {type(err).__name__} in the simulation: {err}"
             failed[cid] = error
-            log(f"[{i}/{len(cells)}] {cid}: FAILED: {error}")
+            log(f"[{i}/{len(cells)}] {name}: FAILED: {error}")
             continue
         elapsed = time.perf_counter() - start
         ds.attrs.update({"cell_id": cid, **store_versions(), **(provenance or {})})
         have[cid] = unsaved[cid] = ds
-        log(f"[{i}/{len(cells)}] {cid}: {cell.n_seeds} seeds, {int(ds.n_steps.max())} steps, "
+        seeds = f"{cell.n_seeds} seeds"
+        if ds.attrs.get("n_seeds_failed"):
+            seeds = f"{ds.attrs['seed_failures']} ({failure_remedy(cell, ds.attrs['seed_failures'])})"
+        log(f"[{i}/{len(cells)}] {name}: {seeds}, {int(ds.n_steps.max())} steps, "
             f"computed in {elapsed:.3f} s" + (" (compiling the engine for this kind of cell, once: numba "
                                                 "caches it for every later job)" if compilations() > compiled
                                                 else ""))
@@ -311,13 +397,18 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         write(groups, path, versions=store_versions(), replace=True, meta={"batch": batch, "cells": placed})
         log(f"{path.name}: {len(done)} cells written ({len(set(done) - stored)} new)")
     shutil.rmtree(pending, ignore_errors=True)
+    seed_failures = {cid: str(have[cid].attrs["seed_failures"]) for cid in done
+                     if have[cid].attrs.get("n_seeds_failed")}
+    if seed_failures:
+        log(f"{len(seed_failures)} of {len(cells)} cells hold failed seeds (stored as failed, left out of "
+            "the reductions; not computed again until the cell, its max_steps or the numerics change)")
     if failed:
-        log(f"{len(failed)} of {len(cells)} cells FAILED (recorded in the manifest; the next snakemake "
-            "retries them once)")
-    return BatchResult(path, placed, failed)
+        log(f"{len(failed)} of {len(cells)} cells FAILED (recorded in the manifest; not retried until the "
+            "cell or the numerics change)")
+    return BatchResult(path, placed, failed, seed_failures)
 
 
-__all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "Point", "STORE_SUFFIX", "Sweep", "cell_id",
-           "config_digest",
-           "describe_failures", "point", "resolve", "run_batch", "spec_points", "store_versions",
+__all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "Point", "STORE_SUFFIX", "Sweep",
+           "batch_experiment", "cell_id", "cell_name", "config_digest", "describe_failures", "failure_remedy",
+           "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points", "store_versions",
            "stored_cells", "summary_versions", "verify_batch"]

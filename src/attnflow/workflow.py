@@ -296,9 +296,29 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
                        "file)")))
     if not (state := store_health(sweep, batch, record, checksums)).ok:
         problems.append((str(store), state))
-    problems += [(f"{store}:{cid}", StoreState("failed", str(error)))
-                 for cid, error in sorted((record.get("failed") or {}).items())]
+    if retry_requested(sweep) or record.get("numerics_version") != _numerics_version():
+        # A failure is final for its numerics: retried when they change, or on request.
+        problems += [(f"{store}:{cid}", StoreState("failed", str(error)))
+                     for cid, error in sorted((record.get("failed") or {}).items())]
+        if retry_requested(sweep) and state.ok:
+            problems += [(f"{store}:{cid}", StoreState("failed", str(line)))
+                         for cid, line in sorted((record.get("seed_failures") or {}).items())]
     return problems
+
+
+def _numerics_version() -> int:
+    from .numerics import NUMERICS_VERSION
+
+    return NUMERICS_VERSION
+
+
+# The config key (``snakemake --config retry_failures=True``) that computes known failures again.
+RETRY_KEY = "retry_failures"
+
+
+def retry_requested(sweep: Sweep) -> bool:
+    """Whether the config asks to compute the known failures again (``RETRY_KEY``)."""
+    return bool(sweep.config.get(RETRY_KEY))
 
 
 def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
@@ -308,8 +328,12 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
     One manifest read and one ``stat`` per batch, whatever the number of cells:
     cheap enough for every start of the workflow; ``checksums`` reads every byte
     (``attnflow status``, which so finds bit rot). A batch without a manifest runs
-    anyway. A failed cell is retried once per run: its ticket is tied to the
-    manifest's time, which the retry renews.
+    anyway. A failure the numbers decide (a cell that failed whole, seeds stored
+    as failed) is not retried: the same cell under the same numerics fails the
+    same way. It is retried when the numerics version changes (its manifest
+    records the one it failed under), with its cell (a new ``max_steps`` is a new
+    cell), or once per run with ``retry_failures`` set (the ticket is tied to the
+    manifest's time, which the retry renews).
     """
     found = {}
     summarised = None  # the batches current summaries were built from: looked for once, if needed
@@ -568,15 +592,19 @@ def provenance(config: dict) -> dict:
 def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=print):
     """Simulate the cells of a batch (``cells_params``: the digest ``batch_params`` gave) its store does not
     hold, then write its manifest: the cells its store holds, the store's size and time (what the
-    start-up check compares), and the cells that failed (errors by cell id). The job succeeds with
-    failed cells: they are missing from the figures, listed in their captions, retried by the next run."""
+    start-up check compares), the cells that failed whole (errors by cell id), those holding failed
+    seeds (their ``seed_failures`` line) and the numerics version they failed under. The job succeeds
+    with failures: the numbers decide them, so the next run skips them (``known_failures``) until the
+    cell or the numerics change."""
     from .cell import Cell
-    from .sweep import run_batch
+    from .sweep import cell_name, run_batch
 
     layout = Layout(results_of(config))
     cells = [Cell(**fields) for fields in json.loads(jobparams.get(layout, cells_params))]
     result = run_batch(cells, batch, layout, log=log,
-                       provenance={"batch": batch, **provenance(config)})
+                       provenance={"batch": batch, **provenance(config)},
+                       names={cell_id(c): cell_name(c, batch, config) for c in cells},
+                       retry_failed=bool(config.get(RETRY_KEY)))
     stat = result.path.stat() if result.cells else None
     Path(output).write_text(json.dumps({
         "format": MANIFEST_FORMAT,
@@ -586,11 +614,13 @@ def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=p
         "mtime_ns": stat.st_mtime_ns if stat else None,
         "cells": result.cells,
         "failed": result.failed,
+        "seed_failures": result.seed_failures,
+        "numerics_version": _numerics_version(),
     }, indent=1))
 
 
 def failed_cells(sweep: Sweep) -> dict[str, str]:
-    """Every cell the batches' manifests record as failed: cell id -> error."""
+    """Every cell the batches' manifests record as failed whole: cell id -> error."""
     found = {}
     for batch in sweep.batches:
         record = read_manifest(sweep, batch) or {}
@@ -599,18 +629,69 @@ def failed_cells(sweep: Sweep) -> dict[str, str]:
     return found
 
 
-def failure_report(sweep: Sweep) -> str | None:
-    """The one line a run ends with when cells failed (None when none did)."""
-    failed = failed_cells(sweep)
-    if not failed:
+def seed_failed_cells(sweep: Sweep) -> dict[str, str]:
+    """Every stored cell the batches' manifests record as holding failed seeds: cell id -> the line
+    saying how many seeds failed and why."""
+    found = {}
+    for batch in sweep.batches:
+        record = read_manifest(sweep, batch) or {}
+        if isinstance(record.get("seed_failures"), dict):
+            found.update(record["seed_failures"])
+    return found
+
+
+def _cells_by_id(sweep: Sweep) -> dict:
+    return {cell_id(c): c for cells in sweep.batches.values() for c in cells}
+
+
+def failure_lines(sweep: Sweep) -> list[str]:
+    """One line per failure, by grid point, with its remedy: the cells that failed whole, then those
+    holding failed seeds (what ``attnflow status`` and the end of a run print)."""
+    from .sweep import failure_remedy
+
+    cells = _cells_by_id(sweep)
+    lines = []
+    for kind, found in (("failed", failed_cells(sweep)), ("failed seeds", seed_failed_cells(sweep))):
+        for cid, error in sorted(found.items(), key=lambda item: sweep.name_of(item[0])):
+            if cid in cells:
+                short = error.split("): ", 1)[1] if error.startswith("cell(") and "): " in error else error
+                lines.append(f"{kind} {sweep.name_of(cid)}: {short}; {failure_remedy(cells[cid], short)}")
+    return lines
+
+
+def known_failures_notice(sweep: Sweep) -> str | None:
+    """The one line a run starts with when it skips failures the numbers decided (None when none)."""
+    if retry_requested(sweep):
         return None
-    ids = set(failed)
+    ids = _cells_by_id(sweep)
+    whole = [cid for cid in failed_cells(sweep) if cid in ids]
+    seeds = [cid for cid in seed_failed_cells(sweep) if cid in ids]
+    if not whole and not seeds:
+        return None
+    parts = ([f"{len(whole)} cells that failed"] if whole else []) + \
+        ([f"{len(seeds)} cells with failed seeds (stored as failed)"] if seeds else [])
+    return (f"attnflow: skipping known failures: {' and '.join(parts)}; the same numbers fail the same way, "
+            "so they are computed again only when their cell (say a larger max_steps), or the numerics "
+            f"version changes; `attnflow status` names them; to force them: `snakemake --config "
+            f"{RETRY_KEY}=True`")
+
+
+def failure_report(sweep: Sweep) -> str | None:
+    """The line a run ends with when cells or seeds failed (None when none did): how many, where (by
+    grid point), and the first with its remedy."""
+    lines = failure_lines(sweep)
+    if not lines:
+        return None
+    whole, seeds = failed_cells(sweep), seed_failed_cells(sweep)
+    ids = set(whole) | set(seeds)
     where = [f"{name} {sum(cell_id(p.cell) in ids for p in points)}" for name, points in sweep.points.items()
              if any(cell_id(p.cell) in ids for p in points)]
-    first = min(failed.values())
-    return (f"attnflow: {len(failed)} cells failed ({', '.join(where)} grid points, missing in those "
-            "figures and listed in their captions); `attnflow status` shows their errors, the next "
-            f"`snakemake` retries them once; first: {first if len(first) < 300 else first[:300] + '...'}")
+    counts = ([f"{len(whole)} cells failed"] if whole else []) + \
+        ([f"{len(seeds)} cells hold failed seeds"] if seeds else [])
+    first = lines[0]
+    return (f"attnflow: {' and '.join(counts)} ({', '.join(where)} grid points; failed seeds are left out of "
+            "the reductions, counted in the summaries and figures); `attnflow status` lists them; first: "
+            f"{first if len(first) < 400 else first[:400] + '...'}")
 
 
 def aggregate_job(name: str, spec_params: str, entries_params: str, output: str, scheduler: str,
@@ -648,9 +729,10 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
            "claim_results", "config_identity", "foreign_owner", "orphan_health", "owner_of", "store_health",
            "would_drop",
-           "batch_params", "cell_states", "entries_params", "failed_cells", "failure_report",
+           "batch_params", "cell_states", "entries_params", "failed_cells", "failure_lines", "failure_report",
            "figure_caption", "issue_repairs",
-           "issue_summary_tickets", "lock_for_child", "lock_results",
+           "issue_summary_tickets", "known_failures_notice", "lock_for_child", "lock_results", "RETRY_KEY",
+           "retry_requested", "seed_failed_cells",
            "outdated_summaries",
            "plot_job", "provenance", "read_manifest", "release_results", "repair_tickets", "results_holder",
            "simulate_job", "spec_params", "summary_tickets", "sweep_from_workflow", "unhealthy"]

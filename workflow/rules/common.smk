@@ -13,6 +13,7 @@ from attnflow.workflow import (
     figure_caption,
     issue_repairs,
     issue_summary_tickets,
+    known_failures_notice,
     lock_results,
     results_holder,
     spec_params,
@@ -84,8 +85,7 @@ if not workflow.remote_exec and not _HOLDER and not _FOREIGN:  # never a ticket 
                 continue
             if _state.status == "failed":
                 print(
-                    f"attnflow: {_path} failed in the last run ({_state.detail}): batch {_batch} "
-                    "retries it once",
+                    f"attnflow: retrying {SWEEP.name_of(_path.rsplit(':', 1)[1])} ({_state.detail})",
                     file=sys.stderr,
                 )
                 continue
@@ -95,6 +95,10 @@ if not workflow.remote_exec and not _HOLDER and not _FOREIGN:  # never a ticket 
                 + f": batch {_batch} recomputes it",
                 file=sys.stderr,
             )
+    # Failures the numbers decided are not retried: said once, with how to force them.
+    _known = known_failures_notice(SWEEP)
+    if _known:
+        print(_known, file=sys.stderr)
     _old = LAYOUT.old_stores()
     if _old:
         print(

@@ -42,8 +42,8 @@ from .field import COMPILED_FORMS, COMPILED_MASKS, COMPILED_WEIGHTS, Flow, HeadA
 from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
 from .threads import run_threads
 
-__all__ = ["EngineResult", "IntegrationError", "check_compiled", "check_mask", "compilations",
-           "criterion_text", "observe", "solve"]
+__all__ = ["EngineResult", "IntegrationError", "Status", "check_compiled", "check_mask", "compilations",
+           "criterion_text", "failure_reason", "observe", "solve"]
 
 
 METRICS = {"epsilon": Metric.EPSILON, "gamma_mean": Metric.GAMMA_MEAN}
@@ -140,7 +140,13 @@ def _method(tableau: ButcherTableau) -> Method:
 
 
 class IntegrationError(RuntimeError):
-    """A trajectory could not reach the end of the interval."""
+    """A trajectory could not reach the end of the interval (``solve(..., strict=True)``)."""
+
+
+def failure_reason(status: int, max_steps: int) -> str:
+    """What a trajectory's ``EngineResult.status`` says, in words ("" for ``Status.OK``)."""
+    return {Status.OK: "", Status.UNDERFLOW: "step size underflow (non-finite or stiff)",
+            Status.BUDGET: f"step budget of {max_steps} exhausted"}[Status(int(status))]
 
 
 @dataclasses.dataclass
@@ -152,8 +158,10 @@ class EngineResult:
     t_cluster: np.ndarray  # (B,) first time the criterion holds, NaN if never
     norm_drift: np.ndarray  # (B,) largest | ||x_i|| - 1 | over the samples
     max_retraction: np.ndarray  # (B,) largest | ||x_i|| - 1 | removed by a retraction
-    t_stop: np.ndarray  # (B,) where the integration ended: t_eval[-1], or t_cluster when stopping there
+    t_stop: np.ndarray  # (B,) where the integration ended: t_eval[-1], t_cluster when stopping there,
+    # or where the trajectory failed (``status``)
     form: str  # the form the score matrices were applied in (``Form.label``)
+    status: np.ndarray  # (B,) ``dopri.Status`` per trajectory: OK, UNDERFLOW or BUDGET (``failure_reason``)
 
 
 def head_form(score_matrices, diagonal, factors, d: int) -> Form:
@@ -321,6 +329,7 @@ def solve(
     fixed_step: float | None = None,
     tableau: ButcherTableau = DOPRI5,
     in_span: bool = True,
+    strict: bool = True,
 ) -> EngineResult:
     """Integrate a batch of trajectories and measure the wanted observable groups at ``t_eval``.
 
@@ -344,7 +353,9 @@ def solve(
         and n < d, integrate in the n-dimensional span of each trajectory's initial tokens, which
         the flow never leaves (``_span_basis``); False: in all d coordinates
 
-    Raises ``IntegrationError`` naming the first trajectory that stopped early.
+    strict : raise ``IntegrationError`` naming the first trajectory that stopped early (step budget,
+        step-size underflow); False: return every trajectory, a failed one with ``status`` saying why
+        and its samples after ``t_stop`` (where it failed) NaN (-1 for counts)
     """
     flow = flow_of(attention, spherical, mask)
     _check_batch(x0, score_matrices, diagonal, factors, values, beta)
@@ -376,12 +387,12 @@ def solve(
                     control, criterion, _sampling(groups), out, stats)
     counts, times = stats
     failed = np.flatnonzero(counts[:, STATUS] != Status.OK)
-    if failed.size:
+    if strict and failed.size:
         b = int(failed[0])
-        why = {Status.UNDERFLOW: "step size underflow (non-finite or stiff)",
-               Status.BUDGET: f"step budget of {max_steps} exhausted"}[Status(counts[b, STATUS])]
-        raise IntegrationError(f"trajectory {b}: {why} at t = {times[b, T_STOP]:.6g} of {t_eval[-1]:g}")
-    _blank_unreached(out, t_eval[None, :] <= times[:, T_STOP, None])  # a stop at the clustering criterion
+        raise IntegrationError(f"trajectory {b}: {failure_reason(counts[b, STATUS], max_steps)} at "
+                               f"t = {times[b, T_STOP]:.6g} of {t_eval[-1]:g}")
+    # A stop at the clustering criterion, or where a trajectory failed.
+    _blank_unreached(out, t_eval[None, :] <= times[:, T_STOP, None])
     recorded = {var.name: getattr(out, var.name) for var in variables(groups)}
     label = form.label
     if basis is not None:
@@ -390,7 +401,8 @@ def solve(
             recorded["x"] = np.einsum("btnk,bdk->btnd", recorded["x"], basis)
     return EngineResult(recorded, counts[:, STEPS].copy(), counts[:, REJECTED].copy(),
                         counts[:, CALLS].copy(), times[:, T_CLUSTER].copy(), times[:, DRIFT].copy(),
-                        times[:, RETRACTION].copy(), times[:, T_STOP].copy(), label)
+                        times[:, RETRACTION].copy(), times[:, T_STOP].copy(), label,
+                        counts[:, STATUS].astype(np.int8))
 
 
 def observe(

@@ -114,6 +114,8 @@ class BetaStar(Experiment):
     # 2: its per-run booleans (mono_t0, mono_path, rd_t0) are summarised as 0/1 floats, so a grid
     # point without a cell is NaN; it read True (monotone) off a grid of extra points.
     # 3: no stray scalar coordinate time = 0 (left by isel(time=0)); units and descriptions on every variable.
+    #    A seed without a run (failed, or its cell missing) is left out of frac_runs_rd and of the
+    #    below/above-grid fractions, which counted it as neither (issue 39).
     reduction_version = 3
 
     def refine_field(self, summary):
@@ -134,7 +136,10 @@ class BetaStar(Experiment):
         out = summary.sortby("beta")
         lam = float(spec.fixed.get("lambda_bar", 1.0))
         for prop, fails in (("mono", 1 - out.mono_path), ("rd", 1 - out.rd_t0)):
-            per_seed, below, above = grid_threshold(fails.where(out.mono_path.notnull()), out.beta)
+            known = fails.where(out.mono_path.notnull())
+            per_seed, below, above = grid_threshold(known, out.beta)
+            ran = known.notnull().any("beta")  # a seed with a run at some beta (not failed, not missing)
+            below, above = below.where(ran), above.where(ran)
             mean, half = xr.apply_ufunc(t_interval, per_seed, input_core_dims=[["seed"]],
                                         output_core_dims=[[], []], vectorize=True)
             out[f"beta_{prop}"] = per_seed
@@ -145,7 +150,7 @@ class BetaStar(Experiment):
         out["frac_mono_t0"] = out.mono_t0.astype(float).mean("seed")
         out["frac_mono_path"] = out.mono_path.astype(float).mean("seed")
         out["frac_time_rd"] = out.time_rd.mean("seed")
-        out["frac_runs_rd"] = (out.time_rd == 1).mean("seed")
+        out["frac_runs_rd"] = (out.time_rd == 1).where(out.time_rd.notnull()).mean("seed")
         # Closed form and its independent check, on the measurement's own (H, n) grid.
         out["beta_star_closed"] = xr.apply_ufunc(theory.beta_star, out.H, out.n, lam)
         out["beta_orthogonal"] = xr.apply_ufunc(np.vectorize(orthogonal_threshold), out.H, out.n, lam)

@@ -59,6 +59,9 @@ class Superadditivity(Experiment):
                "random tokens.")
 
     refine_axis = "beta"
+    # 2: censored_equal / censored_linear count the seeds that ran: a failed seed (issue 39) or a
+    #    missing cell counted as not censored.
+    reduction_version = 2
 
     def refine_field(self, summary):
         ratio = summary.ratio.expand_dims(lambda_dist=["equal", "linear"])  # the grid's axes
@@ -76,8 +79,9 @@ class Superadditivity(Experiment):
             per_seed = equal / linear  # the same seed has the same tokens in both: a paired ratio
         out["ratio_seed"] = per_seed
         out["ratio"] = per_seed.median("seed")
-        out["censored_equal"] = np.isinf(equal).mean("seed")
-        out["censored_linear"] = np.isinf(linear).mean("seed")
+        # Of the seeds that ran (a failed seed, or a missing cell, is NaN: neither censored nor not).
+        out["censored_equal"] = np.isinf(equal).where(equal.notnull()).mean("seed")
+        out["censored_linear"] = np.isinf(linear).where(linear.notnull()).mean("seed")
         n, H = int(spec.fixed["n"]), int(spec.fixed["H"])
         out["lambda_c"] = xr.apply_ufunc(theory.lambda_c, out.beta, n)
         lam = linear_strengths(out.lambda_bar.values[:, None, None], out.spread.values[None, None, :], H)
