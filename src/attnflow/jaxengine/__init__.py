@@ -2,9 +2,10 @@
 
 ``solve`` takes the same arguments and returns the same ``EngineResult`` as the
 numba engine. Each trajectory is integrated by diffrax's Dopri5 under a PID
-controller at the cell's tolerances (an integral controller with the numba
-engine's safety factor and bounds, and its error norm: the RMS of the error
-over ``atol + rtol max(|y0|, |y1|)``), retracted onto the sphere after every
+controller (an integral controller with the numba engine's safety factor,
+bounds and error norm, the RMS of the error over ``atol + rtol max(|y0|,
+|y1|)``, at the cell's tolerances times ``integrate.ERROR_SCALE``, so that it
+takes the numba engine's steps), retracted onto the sphere after every
 accepted step; the samples at ``t_eval`` come from the dense output, scaled
 back onto the sphere, and every observable is computed from those positions
 (``measure.py``). The clustering stop is a diffrax ``Event``. Trajectories are
@@ -43,13 +44,25 @@ __all__ = ["available", "check_declarations", "gpu_visible", "solve"]
 _REQUIRED = ("jax", "diffrax", "equinox", "optimistix")
 
 
+def _missing() -> list[str]:
+    missing = []
+    for name in _REQUIRED:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ValueError:  # a module set to None in sys.modules: blocked
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
 def available() -> bool:
     """Whether jax, diffrax and equinox are installed (without importing them)."""
-    return all(importlib.util.find_spec(name) is not None for name in _REQUIRED)
+    return not _missing()
 
 
 def _require() -> None:
-    missing = [name for name in _REQUIRED if importlib.util.find_spec(name) is None]
+    missing = _missing()
     if missing:
         raise ImportError(f"engine 'jax' needs {', '.join(missing)}: pip install 'attnflow[jax]'")
 
@@ -150,7 +163,7 @@ def solve(
     stopped early."""
     _require()
     from ..engine import EngineResult, IntegrationError, _check_batch, _metric
-    from .integrate import Rules, batch_solver
+    from .integrate import Rules, Tolerances, batch_solver
 
     kind = attention if isinstance(attention, AttentionType) else ATTENTIONS.get(attention)
     masking = mask if isinstance(mask, Mask) else MASKS.get(mask)
@@ -173,15 +186,15 @@ def solve(
     declared = [GROUPS.get(g) for g in groups]
     rules = Rules(form, kind.weights, masking.rule, bool(kind.normalised), bool(kind.velocity_over_n),
                   bool(spherical), kind.energy, kind.entropy, groups,
-                  any(g.needs_velocity or g.needs_scores for g in declared), metric, float(cluster_threshold),
-                  1.0 - float(cluster_eps), bool(stop_at_cluster), float(rtol), float(atol), int(max_steps),
-                  None if fixed_step is None else float(fixed_step),
+                  any(g.needs_velocity or g.needs_scores for g in declared), metric, bool(stop_at_cluster),
+                  int(max_steps), None if fixed_step is None else float(fixed_step),
                   tuple(None if a is None or a.shape[0] == 1 else 0 for a in heads))
     # shared arrays (a leading axis of 1) enter every trajectory whole
     heads = type(heads)(*(a if a is None or a.shape[0] != 1 else a[0] for a in heads))
     beta = np.broadcast_to(np.asarray(beta, dtype=np.float64), (B,)).copy()
     with _x64():
-        recorded, reached, stats = batch_solver(rules)(x0, heads, beta, t_eval)
+        tolerances = Tolerances(*(np.float64(v) for v in (rtol, atol, cluster_threshold, 1.0 - cluster_eps)))
+        recorded, reached, stats = batch_solver(rules)(x0, heads, beta, t_eval, tolerances)
         recorded = {name: np.asarray(value) for name, value in recorded.items()}
         reached = np.asarray(reached)
         stats = {name: np.asarray(value) for name, value in stats.items()}

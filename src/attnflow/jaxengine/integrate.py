@@ -27,8 +27,35 @@ from .measure import METRIC_GAPS, measure
 _SAMPLE_BYTES = 2 ** 30
 
 
+def _error_scale() -> float:
+    """diffrax's Dopri5 error weights over the numba engine's (``tableau.DOPRI5.e``): 2/3 in diffrax 0.7.
+
+    diffrax estimates the local error with Dormand and Prince's other embedded solution, whose
+    weights are a constant multiple of the ones the numba engine (and scipy, and Hairer's DOPRI5)
+    uses; with both tolerances times that constant, its controller (the same RMS norm over
+    ``atol + rtol max(|y0|, |y1|)``, safety 0.9, exponent -1/5, factors in [0.2, 10]) accepts and sizes
+    steps as the numba engine does at the tolerances themselves.
+    """
+    import numpy as np
+
+    from ..tableau import DOPRI5
+
+    theirs, ours = np.asarray(diffrax.Dopri5.tableau.b_error, dtype=float), DOPRI5.e
+    largest = np.argmax(np.abs(ours))
+    ratio = theirs[largest] / ours[largest]
+    if not np.allclose(theirs, ratio * ours, rtol=1e-12, atol=1e-15):
+        raise NotImplementedError("diffrax's Dopri5 error weights are no multiple of tableau.DOPRI5.e: "
+                                  "attnflow.jaxengine cannot match the numba engine's error control")
+    return float(abs(ratio))
+
+
+ERROR_SCALE = _error_scale()
+
+
 class Rules(NamedTuple):
-    """The static part of a batch: what the jitted function is compiled for."""
+    """The static part of a batch: what the jitted function is compiled for. The tolerances, the
+    criterion's threshold and the cluster level are arguments (``Tolerances``), so the certificate's
+    tighter rerun reuses the compilation."""
 
     form: Form
     weights: Weights
@@ -41,11 +68,7 @@ class Rules(NamedTuple):
     groups: tuple  # canonical observable groups
     needs_field: bool  # some group reads the field at the samples
     metric: Metric
-    threshold: float
-    level: float  # 1 - cluster_eps
     stop: bool
-    rtol: float
-    atol: float
     max_steps: int
     fixed_step: float | None
     head_axes: tuple  # per Heads array: 0 (one per trajectory) or None (shared, or absent)
@@ -98,20 +121,31 @@ def _on_sphere(rules: Rules, x):
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True) if rules.spherical else x
 
 
-def _integrate(rules: Rules, x0, heads, beta, t0, t1, ts, gap):
+class Tolerances(NamedTuple):
+    rtol: float
+    atol: float
+    threshold: float  # the clustering criterion's
+    level: float  # 1 - cluster_eps: the cluster count's edges
+
+
+def _integrate(rules: Rules, tol: Tolerances, x0, heads, beta, t0, t1, ts, gap):
     """diffeqsolve from (t0, x0) to t1 with samples at ``ts`` (and t1); ``gap``: the event's condition, or
     None for no event."""
     term = diffrax.ODETerm(lambda t, x, args: _field(rules, x, heads, beta).velocity)
     if rules.fixed_step is None:
-        controller, dt0 = diffrax.PIDController(rtol=rules.rtol, atol=rules.atol), None
+        controller = diffrax.PIDController(rtol=tol.rtol * ERROR_SCALE, atol=tol.atol * ERROR_SCALE)
+        dt0 = None
     else:
         controller, dt0 = diffrax.ConstantStepSize(), rules.fixed_step
     event = None
     if gap is not None:
         # The criterion starts to hold where its gap falls to 0 or below (a downcrossing), located on the
-        # (retracted) dense output by bisection, as the numba engine does.
+        # (retracted) dense output by bisection, as the numba engine does. flip: the function bisected
+        # falls through 0 (the gap; or, in a trajectory of the batch whose event did not trigger,
+        # diffrax's distance to the step's end), so no sign check at the ends, which round-off between
+        # the retracted step end and the dense output there could fail.
         event = diffrax.Event(lambda t, y, args, **kwargs: gap(_on_sphere(rules, y)),
-                              root_finder=optx.Bisection(rtol=1e-14, atol=1e-14), direction=False)
+                              root_finder=optx.Bisection(rtol=1e-14, atol=1e-14, flip=True), direction=False)
     return diffrax.diffeqsolve(
         term, _Retracted(diffrax.Dopri5(), rules.spherical), t0, t1, dt0, x0,
         saveat=diffrax.SaveAt(ts=ts, t1=True), stepsize_controller=controller, event=event,
@@ -132,35 +166,43 @@ def _ok(result):
 def batch_solver(rules: Rules):
     """The jitted solver of a batch for ``rules``: (x0 (B, n, d), heads, beta (B,), t_eval (T,)) ->
     (variables name -> (B, T, ...), statistics name -> (B,))."""
-    gap = functools.partial(kernel(METRIC_GAPS, rules.metric, "clustering metric"), threshold=rules.threshold)
+    metric_gap = kernel(METRIC_GAPS, rules.metric, "clustering metric")
 
-    def trajectory(x0, heads, beta, t_eval):
-        sol = _integrate(rules, x0, heads, beta, t_eval[0], t_eval[-1], t_eval, gap if rules.stop else None)
+    def trajectory(x0, heads, beta, t_eval, tol, gap):
+        event_gap = gap if rules.stop else None
+        sol = _integrate(rules, tol, x0, heads, beta, t_eval[0], t_eval[-1], t_eval, event_gap)
         raw = sol.ys[:-1]  # the samples; the last row is the end of the integration
         t_stop = _end(sol)
         event = sol.result == diffrax.RESULTS.event_occurred
         return raw, t_stop, event, sol
 
-    def refine(x_before, heads, beta, t_before, t_after):
+    def refine(x_before, heads, beta, t_before, t_after, tol, gap):
         """The first crossing in (t_before, t_after], integrating again from the sample before it."""
-        sol = _integrate(rules, x_before, heads, beta, t_before, t_after, jnp.stack([t_after]), gap)
+        sol = _integrate(rules, tol, x_before, heads, beta, t_before, t_after, jnp.stack([t_after]), gap)
         return jnp.where(sol.result == diffrax.RESULTS.event_occurred, _end(sol), t_after)
 
-    def observe(x, heads, beta):
+    def observe(x, heads, beta, level):
         parts = _field(rules, x, heads, beta) if rules.needs_field else None
-        return measure(x, parts, beta, rules.groups, rules, rules.level)
+        return measure(x, parts, beta, rules.groups, rules, level)
 
     head_axes = Heads(*rules.head_axes)
 
-    def batch(x0, heads, beta, t_eval):
-        solved = jax.vmap(trajectory, in_axes=(0, head_axes, 0, None))
+    def batch(x0, heads, beta, t_eval, tol):
+        gap = functools.partial(metric_gap, threshold=tol.threshold)
+        solved = jax.vmap(functools.partial(trajectory, tol=tol, gap=gap), in_axes=(0, head_axes, 0, None))
         raw, t_stop, event, sol = solved(x0, heads, beta, t_eval)
         B, T = raw.shape[:2]
         reached = t_eval[None, :] <= t_stop[:, None]
-        x = _on_sphere(rules, jnp.where(reached[..., None, None], raw, 0.0))
-        norms = jnp.linalg.norm(jnp.where(reached[..., None, None], raw, 1.0), axis=-1)
-        removed = jnp.max(jnp.abs(norms - 1.0), axis=(1, 2)) if rules.spherical else jnp.zeros(B)
-        drift = jnp.max(jnp.abs(jnp.linalg.norm(x, axis=-1) - 1.0) * reached[..., None], axis=(1, 2))
+        # samples past a stop (inf) stand in as x0 until they are blanked
+        raw = jnp.where(reached[..., None, None], raw, x0[:, None])
+        x = _on_sphere(rules, raw)
+
+        def largest_off_one(a):  # largest | ||x_i|| - 1 | over the reached samples
+            off = jnp.abs(jnp.linalg.norm(a, axis=-1) - 1.0)
+            return jnp.max(jnp.where(reached[..., None], off, 0.0), axis=(1, 2))
+
+        removed = largest_off_one(raw) if rules.spherical else jnp.zeros(B)
+        drift = largest_off_one(x)
         met = jax.vmap(jax.vmap(gap))(x) <= 0.0
         met = met & reached
         met_at_start = met[:, 0]
@@ -174,7 +216,7 @@ def batch_solver(rules: Rules):
             crossed = jnp.any(met, axis=1)
             k = jnp.maximum(first, 1)
             rows = jnp.arange(B)
-            located = jax.vmap(refine, in_axes=(0, head_axes, 0, 0, 0))(
+            located = jax.vmap(functools.partial(refine, tol=tol, gap=gap), in_axes=(0, head_axes, 0, 0, 0))(
                 x[rows, k - 1], heads, beta, t_eval[k - 1], t_eval[k])
             t_cluster = jnp.where(~crossed, jnp.nan, jnp.where(first == 0, t_eval[0], located))
         # Measure: samples in chunks (each vmapped over the batch and the chunk) under a sequential map.
@@ -183,7 +225,7 @@ def batch_solver(rules: Rules):
         per_sample = 8 * B * H * x0.shape[1] * (8 * x0.shape[1] + 4 * x0.shape[2])
         chunk = int(max(1, min(T, _SAMPLE_BYTES // per_sample)))
         by_time = jnp.swapaxes(x, 0, 1)  # (T, B, n, d)
-        on_batch = jax.vmap(observe, in_axes=(0, head_axes, 0))
+        on_batch = jax.vmap(functools.partial(observe, level=tol.level), in_axes=(0, head_axes, 0))
         recorded = jax.lax.map(lambda xt: on_batch(xt, heads, beta), by_time, batch_size=chunk)
         recorded = {name: jnp.swapaxes(value, 0, 1) for name, value in recorded.items()}
         stats = sol.stats
