@@ -35,7 +35,7 @@ class Parts(NamedTuple):
     """What one field evaluation computes, kept for the observables."""
 
     rows: jax.Array  # (H, n, d) y^h_j = M_h x_j
-    scores: jax.Array  # (H, n, n) s^h_ij = <x_i, M_h x_j>
+    pair_scores: jax.Array  # (H, n, n) the scores s^h_ij = <x_i, M_h x_j>
     outputs: jax.Array  # (H, n, d) head outputs f^h_i (rows divided by Z_i where normalised)
     velocity: jax.Array  # (n, d) dx/dt
 
@@ -105,8 +105,8 @@ def evaluate(x, heads: Heads, beta, *, form: Form, weights: Weights, mask: MaskR
     """The field at ``x`` (n, d) and its parts; the rules are static (Python) values."""
     n = x.shape[0]
     rows = kernel(ROWS, form, "head form")(x, heads)
-    scores = jnp.einsum("hid,jd->hij", rows, x)  # <M_h x_i, x_j> = <x_i, M_h x_j>, M_h symmetric
-    w = kernel(WEIGHTS, weights, "weight rule")(scores, beta, kernel(KEPT, mask, "mask rule")(n))
+    pair_scores = jnp.einsum("hid,jd->hij", rows, x)  # <M_h x_i, x_j> = <x_i, M_h x_j>, M_h symmetric
+    w = kernel(WEIGHTS, weights, "weight rule")(pair_scores, beta, kernel(KEPT, mask, "mask rule")(n))
     carried = rows if heads.values is None else jnp.einsum("hed,nd->hne", heads.values, x)
     outputs = w @ carried
     if normalised:
@@ -116,4 +116,4 @@ def evaluate(x, heads: Heads, beta, *, form: Form, weights: Weights, mask: MaskR
         v = v / n
     if spherical:  # the projection onto the tangent space at each token
         v = v - jnp.sum(v * x, axis=-1, keepdims=True) * x
-    return Parts(rows, scores, outputs, v)
+    return Parts(rows, pair_scores, outputs, v)

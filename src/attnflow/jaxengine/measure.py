@@ -70,7 +70,7 @@ def _velocity(x, parts, beta, rules, level):
 def _exp_energy(parts, beta, n):
     """``E_h = sum_ij exp(beta s_ij) / (2 beta n^2)``, ``dE_h/dt = (1/n^2) sum_i <dx_i/dt, g_i>``,
     ``g_i = sum_j exp(beta s_ij) M_h x_j``, over all pairs whatever the mask."""
-    e = jnp.exp(beta * parts.scores)
+    e = jnp.exp(beta * parts.pair_scores)
     g = e @ parts.rows
     return (jnp.sum(e, axis=(1, 2)) / (2.0 * beta * n * n),
             jnp.sum(parts.velocity[None] * g, axis=(1, 2)) / (n * n))
@@ -79,7 +79,7 @@ def _exp_energy(parts, beta, n):
 def _softplus_energy(parts, beta, n):
     """``E_h = sum_ij softplus(a_ij) / (2 beta n)``, ``a = beta s - log n``, and
     ``dE_h/dt = (1/n) sum_i <dx_i/dt, sum_j sigma(a_ij) M_h x_j>`` (result 8)."""
-    a = beta * parts.scores - jnp.log(n)
+    a = beta * parts.pair_scores - jnp.log(n)
     g = jax.nn.sigmoid(a) @ parts.rows
     return (jnp.sum(jax.nn.softplus(a), axis=(1, 2)) / (2.0 * beta * n),
             jnp.sum(parts.velocity[None] * g, axis=(1, 2)) / n)
@@ -114,14 +114,14 @@ def _entropy_of(logits, logit_rates, kept):
 
 def _softmax_entropy(parts, beta, kept):
     """Thm 27: the logits are ``beta s_ij``, their rates ``beta ds_ij/dt``."""
-    return _entropy_of(beta * parts.scores, beta * _score_rates(parts), kept)
+    return _entropy_of(beta * parts.pair_scores, beta * _score_rates(parts), kept)
 
 
 def _sigmoid_entropy(parts, beta, kept):
     """Logits ``l_j = log sigma(a_j)``, ``a = beta s - log n``, with
     ``dl_j/dt = (1 - sigma(a_j)) beta ds_j/dt``."""
-    n = parts.scores.shape[-1]
-    a = beta * parts.scores - jnp.log(n)
+    n = parts.pair_scores.shape[-1]
+    a = beta * parts.pair_scores - jnp.log(n)
     return _entropy_of(jax.nn.log_sigmoid(a), (1.0 - jax.nn.sigmoid(a)) * beta * _score_rates(parts), kept)
 
 
