@@ -29,7 +29,6 @@ has no effect: the span is the numba engine's saving, not another flow).
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 
 import numpy as np
@@ -109,7 +108,11 @@ def _x64():
     """float64 for this engine's calls only, leaving jax's global setting alone."""
     import jax
 
-    return jax.enable_x64(True) if hasattr(jax, "enable_x64") else contextlib.nullcontext()
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64  # jax before 0.6
+
+    return enable_x64()
 
 
 def _head_arrays(score_matrices, diagonal, factors, values, d):
@@ -195,6 +198,8 @@ def solve(
     with _x64():
         tolerances = Tolerances(*(np.float64(v) for v in (rtol, atol, cluster_threshold, 1.0 - cluster_eps)))
         recorded, reached, stats = batch_solver(rules)(x0, heads, beta, t_eval, tolerances)
+        if recorded["gamma_mean"].dtype != np.float64:  # never silently in float32
+            raise RuntimeError(f"engine 'jax': computed in {recorded['gamma_mean'].dtype}, not float64")
         recorded = {name: np.asarray(value) for name, value in recorded.items()}
         reached = np.asarray(reached)
         stats = {name: np.asarray(value) for name, value in stats.items()}
