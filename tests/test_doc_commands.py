@@ -117,6 +117,9 @@ NOT_RUN = {
         "the same benchmark, the sizes and options of docs/performance.md's latest table",
     "python -m pytest": "this test suite itself (README command 2, whose timings docs/performance.md lists)",
     "pip install -e '.[bench]'": "installs jax and torch (gigabytes) for the benchmarks",
+    "pip install 'attnflow[jax]'":
+        "installs jax, diffrax and equinox (network); the test extra has them: tests/test_jax_engine.py",
+    "pip install 'jax[cuda12]'": "installs jax's CUDA build (network, gigabytes) for a GPU",
 }
 
 

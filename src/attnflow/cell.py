@@ -37,6 +37,9 @@ MAX_EXPONENT = 600.0
 # sample_spacing: log puts the first positive sample this many decades below t_max.
 LOG_DECADES = 6
 SAMPLE_SPACINGS = ("linear", "log")
+# Which engine integrates the cell: the compiled numba engine on the CPU cores, the JAX engine
+# (attnflow.jaxengine, on diffrax; an accelerator where jax sees one), or auto (``simulation.engine_for``).
+ENGINES = ("numba", "jax", "auto")
 # Below this, the error control asks for more than float64 can deliver.
 MIN_RTOL = 1e-14
 INT64_MAX = 2**63 - 1
@@ -107,6 +110,10 @@ class Cell:
                                       "config, each experiment adds the groups its figure reads to those "
                                       "listed, and records only those when none are", _choices(GROUPS))
     max_steps: int = _doc(100_000, "step budget per trajectory (a stiff cell fails naming itself)")
+    engine: str = _doc("numba", "numba: the compiled engine on the CPU cores; jax: the JAX engine on diffrax "
+                       "(pip install 'attnflow[jax]'; a GPU where jax sees one); auto: jax where jax sees "
+                       "a GPU and the cost model calls the cell large, else numba. Omitted from the cell's "
+                       "JSON (and id) at its default", ENGINES)
 
     def __post_init__(self):
         # A sweep builds every cell at each workflow start (10^5 cells and more), so this runs
@@ -233,6 +240,8 @@ class Cell:
         out = dict(zip(_FIELD_NAMES, _FIELD_VALUES(self.__dict__), strict=True))
         for name in _SEQUENCE_FIELDS:
             out[name] = list(out[name])
+        if self.engine != _DEFAULT_ENGINE:  # at its default, absent: the ids of earlier cells stay
+            out["engine"] = self.engine
         return out
 
     def canonical_json(self) -> str:
@@ -248,7 +257,10 @@ class Cell:
         # The same text as json.dumps(self.to_dict(), sort_keys=True), built faster: the keys are
         # put in sorted order here once instead of sorted per call, and the tuple fields are
         # encoded as is (JSON writes a tuple as a list) instead of being copied to lists.
-        return json.dumps(dict(zip(_SORTED_NAMES, _SORTED_VALUES(self.__dict__), strict=True)))
+        fields = dict(zip(_SORTED_NAMES, _SORTED_VALUES(self.__dict__), strict=True))
+        if self.engine != _DEFAULT_ENGINE:
+            fields = dict(sorted({**fields, "engine": self.engine}.items()))
+        return json.dumps(fields)
 
     def input_digest(self) -> str:
         """A digest of the files the cell reads (its weights), '' if none: part of its store's name."""
@@ -262,7 +274,9 @@ class Cell:
 FIELD_DOCS = {f.name: f.metadata["doc"] for f in dataclasses.fields(Cell)}
 FIELD_CHOICES = {f.name: f.metadata["choices"] for f in dataclasses.fields(Cell) if f.metadata["choices"]}
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Cell)}
-_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Cell))
+# The fields of to_dict() and the canonical JSON, less engine: there only where it is not its default.
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Cell) if f.name != "engine")
+_DEFAULT_ENGINE = _DEFAULTS["engine"]
 _FIELD_VALUES = operator.itemgetter(*_FIELD_NAMES)
 _SEQUENCE_FIELDS = ("seeds", "observables", "head_subset")  # tuples on the cell, lists in to_dict()
 # What __post_init__ checks of each field, in declaration order: (name, bool | int | float, None)

@@ -10,7 +10,8 @@ import xarray as xr
 from . import __version__
 from .attention import ATTENTIONS
 from .cell import INT64_MAX, MAX_EXPONENT, MIN_RTOL, Cell
-from .engine import IntegrationError, criterion_text, failure_reason, solve
+from .engine import IntegrationError, criterion_text, failure_reason
+from .engines import engine_for, solver_for
 from .heads import Form, head_matrices
 from .metadata import COORDINATES
 from .observables import variables
@@ -223,6 +224,7 @@ def simulate(
         "values_source": "explicit" if value_matrices is not None else (
             "heads" if values is not None else _ALIGNED_VALUES_SOURCE),
         "solver": "Dormand-Prince 5(4), per-trajectory error control, retraction onto the sphere",
+        "solver_engine": engine_for(cell),  # the engine that ran (Cell.engine may say auto)
         "solver_heads_form": result.form,
         "solver_rhs_calls": int(result.n_rhs_calls.sum()),
         "solver_max_retraction": float(result.max_retraction.max()),
@@ -242,7 +244,7 @@ def _integrate(cell, x_init, given, values, times, rtol, atol, max_steps, strict
     criterion: the one spelling of the call (the certificate's rerun differs in the tolerances, the
     step budget and the seeds alone). ``strict``: a trajectory that fails raises ``IntegrationError``;
     else it comes back with its ``status``."""
-    return solve(
+    return solver_for(cell)(
         x_init, **given, attention=cell.attention, beta=cell.beta, spherical=cell.spherical, mask=cell.mask,
         t_eval=times, rtol=rtol, atol=atol, max_steps=max_steps, values=values, groups=cell.observables,
         cluster_metric=cell.cluster_metric, cluster_threshold=cell.cluster_threshold,

@@ -1,0 +1,241 @@
+"""One batch's integration with diffrax, jitted: Dopri5 and a PID controller at the cell's tolerances,
+samples at ``t_eval``, the clustering stop as an ``Event``, trajectories batched with ``vmap``.
+
+``batch_solver(config)`` builds (once per static configuration) a function of the batch's arrays
+that returns the samples' variables and the per-trajectory statistics.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import optimistix as optx
+
+from ..attention import Energy, Entropy, MaskRule, Weights
+from ..engine.measure import Metric
+from ..heads import Form
+from .field import Heads, evaluate, kernel
+from .measure import METRIC_GAPS, measure
+
+# Observables are measured for this many samples at once (vmapped over the batch): the rest of the
+# samples wait in a sequential map, so the scores of a large cell (H n^2 per trajectory) never
+# exist for every sample at once.
+_SAMPLE_BYTES = 2 ** 30
+
+
+def _error_scale() -> float:
+    """diffrax's Dopri5 error weights over the numba engine's (``tableau.DOPRI5.e``): 2/3 in diffrax 0.7.
+
+    diffrax estimates the local error with Dormand and Prince's other embedded solution, whose
+    weights are a constant multiple of the ones the numba engine (and scipy, and Hairer's DOPRI5)
+    uses; with both tolerances times that constant, its controller (the same RMS norm over
+    ``atol + rtol max(|y0|, |y1|)``, safety 0.9, exponent -1/5, factors in [0.2, 10]) accepts and sizes
+    steps as the numba engine does at the tolerances themselves.
+    """
+    import numpy as np
+
+    from ..tableau import DOPRI5
+
+    theirs, ours = np.asarray(diffrax.Dopri5.tableau.b_error, dtype=float), DOPRI5.e
+    largest = np.argmax(np.abs(ours))
+    ratio = theirs[largest] / ours[largest]
+    if not np.allclose(theirs, ratio * ours, rtol=1e-12, atol=1e-15):
+        raise NotImplementedError("diffrax's Dopri5 error weights are no multiple of tableau.DOPRI5.e: "
+                                  "attnflow.jaxengine cannot match the numba engine's error control")
+    return float(abs(ratio))
+
+
+ERROR_SCALE = _error_scale()
+
+
+class Rules(NamedTuple):
+    """The static part of a batch: what the jitted function is compiled for. The tolerances, the
+    criterion's threshold and the cluster level are arguments (``Tolerances``), so the certificate's
+    tighter rerun reuses the compilation."""
+
+    form: Form
+    weights: Weights
+    mask: MaskRule
+    normalised: bool
+    over_n: bool
+    spherical: bool
+    energy: Energy
+    entropy: Entropy
+    groups: tuple  # canonical observable groups
+    needs_field: bool  # some group reads the field at the samples
+    metric: Metric
+    stop: bool
+    max_steps: int
+    fixed_step: float | None
+    head_axes: tuple  # per Heads array: 0 (one per trajectory) or None (shared, or absent)
+
+
+class _Retracted(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
+    """Dopri5 with every accepted solution scaled back onto the sphere, token by token (the numba
+    engine's retraction). The error estimate and dense output are the wrapped solver's."""
+
+    solver: diffrax.AbstractSolver
+    spherical: bool
+
+    @property
+    def term_structure(self):
+        return self.solver.term_structure
+
+    @property
+    def interpolation_cls(self):  # pyright: ignore
+        return self.solver.interpolation_cls
+
+    @property
+    def scan_kind(self):
+        return self.solver.scan_kind
+
+    def order(self, terms):
+        return self.solver.order(terms)
+
+    def error_order(self, terms):
+        return self.solver.error_order(terms)
+
+    def init(self, terms, t0, t1, y0, args):
+        return self.solver.init(terms, t0, t1, y0, args)
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        y1, error, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
+        if self.spherical:
+            y1 = y1 / jnp.linalg.norm(y1, axis=-1, keepdims=True)
+        return y1, error, dense, state, result
+
+    def func(self, terms, t0, y0, args):
+        return self.solver.func(terms, t0, y0, args)
+
+
+def _field(rules: Rules, x, heads, beta):
+    return evaluate(x, heads, beta, form=rules.form, weights=rules.weights, mask=rules.mask,
+                    normalised=rules.normalised, over_n=rules.over_n, spherical=rules.spherical)
+
+
+def _on_sphere(rules: Rules, x):
+    return x / jnp.linalg.norm(x, axis=-1, keepdims=True) if rules.spherical else x
+
+
+class Tolerances(NamedTuple):
+    rtol: float
+    atol: float
+    threshold: float  # the clustering criterion's
+    level: float  # 1 - cluster_eps: the cluster count's edges
+
+
+def _integrate(rules: Rules, tol: Tolerances, x0, heads, beta, t0, t1, ts, gap):
+    """diffeqsolve from (t0, x0) to t1 with samples at ``ts`` (and t1); ``gap``: the event's condition, or
+    None for no event."""
+    term = diffrax.ODETerm(lambda t, x, args: _field(rules, x, heads, beta).velocity)
+    if rules.fixed_step is None:
+        controller = diffrax.PIDController(rtol=tol.rtol * ERROR_SCALE, atol=tol.atol * ERROR_SCALE)
+        dt0 = None
+    else:
+        controller, dt0 = diffrax.ConstantStepSize(), rules.fixed_step
+    event = None
+    if gap is not None:
+        # The criterion starts to hold where its gap falls to 0 or below (a downcrossing), located on the
+        # (retracted) dense output by bisection, as the numba engine does. flip: the function bisected
+        # falls through 0 (the gap; or, in a trajectory of the batch whose event did not trigger,
+        # diffrax's distance to the step's end), so no sign check at the ends, which round-off between
+        # the retracted step end and the dense output there could fail.
+        event = diffrax.Event(lambda t, y, args, **kwargs: gap(_on_sphere(rules, y)),
+                              root_finder=optx.Bisection(rtol=1e-14, atol=1e-14, flip=True), direction=False)
+    return diffrax.diffeqsolve(
+        term, _Retracted(diffrax.Dopri5(), rules.spherical), t0, t1, dt0, x0,
+        saveat=diffrax.SaveAt(ts=ts, t1=True), stepsize_controller=controller, event=event,
+        max_steps=rules.max_steps, throw=False, adjoint=diffrax.ForwardMode())
+
+
+def _end(sol):
+    """Where the integration ended: after an event diffrax saves the end right after the samples it
+    reached and fills the rest with inf."""
+    return jnp.max(jnp.where(jnp.isfinite(sol.ts), sol.ts, -jnp.inf))
+
+
+def _ok(result):
+    return (result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred)
+
+
+@functools.lru_cache(maxsize=64)
+def batch_solver(rules: Rules):
+    """The jitted solver of a batch for ``rules``: (x0 (B, n, d), heads, beta (B,), t_eval (T,)) ->
+    (variables name -> (B, T, ...), statistics name -> (B,))."""
+    metric_gap = kernel(METRIC_GAPS, rules.metric, "clustering metric")
+
+    def trajectory(x0, heads, beta, t_eval, tol, gap):
+        event_gap = gap if rules.stop else None
+        sol = _integrate(rules, tol, x0, heads, beta, t_eval[0], t_eval[-1], t_eval, event_gap)
+        raw = sol.ys[:-1]  # the samples; the last row is the end of the integration
+        t_stop = _end(sol)
+        event = sol.result == diffrax.RESULTS.event_occurred
+        return raw, t_stop, event, sol
+
+    def refine(x_before, heads, beta, t_before, t_after, tol, gap):
+        """The first crossing in (t_before, t_after], integrating again from the sample before it."""
+        sol = _integrate(rules, tol, x_before, heads, beta, t_before, t_after, jnp.stack([t_after]), gap)
+        return jnp.where(sol.result == diffrax.RESULTS.event_occurred, _end(sol), t_after)
+
+    def observe(x, heads, beta, level):
+        parts = _field(rules, x, heads, beta) if rules.needs_field else None
+        return measure(x, parts, beta, rules.groups, rules, level)
+
+    head_axes = Heads(*rules.head_axes)
+
+    def batch(x0, heads, beta, t_eval, tol):
+        gap = functools.partial(metric_gap, threshold=tol.threshold)
+        solved = jax.vmap(functools.partial(trajectory, tol=tol, gap=gap), in_axes=(0, head_axes, 0, None))
+        raw, t_stop, event, sol = solved(x0, heads, beta, t_eval)
+        B, T = raw.shape[:2]
+        reached = t_eval[None, :] <= t_stop[:, None]
+        # samples past a stop (inf) stand in as x0 until they are blanked
+        raw = jnp.where(reached[..., None, None], raw, x0[:, None])
+        x = _on_sphere(rules, raw)
+
+        def largest_off_one(a):  # largest | ||x_i|| - 1 | over the reached samples
+            off = jnp.abs(jnp.linalg.norm(a, axis=-1) - 1.0)
+            return jnp.max(jnp.where(reached[..., None], off, 0.0), axis=(1, 2))
+
+        removed = largest_off_one(raw) if rules.spherical else jnp.zeros(B)
+        drift = largest_off_one(x)
+        met = jax.vmap(jax.vmap(gap))(x) <= 0.0
+        met = met & reached
+        met_at_start = met[:, 0]
+        if rules.stop:
+            # Met at t0: no integration counts; otherwise the event's time.
+            t_cluster = jnp.where(met_at_start, t_eval[0], jnp.where(event, t_stop, jnp.nan))
+            t_stop = jnp.where(met_at_start, t_eval[0], t_stop)
+            reached = reached & (t_eval[None, :] <= t_stop[:, None])
+        else:
+            first = jnp.argmax(met, axis=1)
+            crossed = jnp.any(met, axis=1)
+            k = jnp.maximum(first, 1)
+            rows = jnp.arange(B)
+            located = jax.vmap(functools.partial(refine, tol=tol, gap=gap), in_axes=(0, head_axes, 0, 0, 0))(
+                x[rows, k - 1], heads, beta, t_eval[k - 1], t_eval[k])
+            t_cluster = jnp.where(~crossed, jnp.nan, jnp.where(first == 0, t_eval[0], located))
+        # Measure: samples in chunks (each vmapped over the batch and the chunk) under a sequential map.
+        H = next(a for a in heads if a is not None).shape[1]
+        # bytes of one sample's measurement for the batch: about eight (H, n, n) and four (H, n, d) arrays
+        per_sample = 8 * B * H * x0.shape[1] * (8 * x0.shape[1] + 4 * x0.shape[2])
+        chunk = int(max(1, min(T, _SAMPLE_BYTES // per_sample)))
+        by_time = jnp.swapaxes(x, 0, 1)  # (T, B, n, d)
+        on_batch = jax.vmap(functools.partial(observe, level=tol.level), in_axes=(0, head_axes, 0))
+        recorded = jax.lax.map(lambda xt: on_batch(xt, heads, beta), by_time, batch_size=chunk)
+        recorded = {name: jnp.swapaxes(value, 0, 1) for name, value in recorded.items()}
+        stats = sol.stats
+        accepted, rejected = stats["num_accepted_steps"], stats["num_rejected_steps"]
+        return recorded, reached, {
+            "n_steps": accepted, "n_rejected": rejected,
+            # Dopri5 evaluates six new stages a step (FSAL), plus the first stage, the initial step's probe
+            # and one evaluation per sample where a group reads the field.
+            "n_rhs_calls": 6 * (accepted + rejected) + 2 + (T if rules.needs_field else 0),
+            "t_cluster": t_cluster, "t_stop": t_stop, "norm_drift": drift, "max_retraction": removed,
+            "ok": _ok(sol.result), "budget": sol.result == diffrax.RESULTS.max_steps_reached}
+
+    return jax.jit(batch)

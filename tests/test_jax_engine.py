@@ -1,0 +1,179 @@
+"""The JAX engine (attnflow.jaxengine) against the numba engine: the same cells, every recorded variable.
+
+CPU JAX; skipped where jax, diffrax or equinox is not installed. Each distinct combination of
+rules is one jit compilation (seconds each), so the default matrix is a pairwise covering of
+attention type x mask x head form x geometry (12 cells: every pair of levels of any two factors
+appears); ATTNFLOW_JAX_FULL_MATRIX=1 runs the whole product (48 cells).
+"""
+
+import itertools
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("diffrax")
+pytest.importorskip("equinox")
+
+import jax  # noqa: E402
+
+from attnflow import engine, jaxengine  # noqa: E402
+from attnflow.attention import ATTENTIONS, MASKS  # noqa: E402
+from attnflow.observables import GROUPS  # noqa: E402
+
+ATTENTION_NAMES = list(ATTENTIONS.names())
+MASK_NAMES = list(MASKS.names())
+FORMS = ["diagonal", "dense", "factored"]
+GEOMETRIES = [True, False]  # spherical
+ALL_GROUPS = tuple(GROUPS.names())
+RTOL, ATOL = 1e-10, 1e-12
+# Both engines hold each step's local error to atol + rtol |y| (the same norm and controller) but take
+# different steps (their own first step, the retraction, diffrax's event handling), so a sample differs
+# by the sum of the two global errors: ~10^2 steps of local error rtol, grown by the flow's Lipschitz
+# constant (beta ||M_h|| <= 1) over t <= 6. 1000 rtol of the variable's scale bounds that with a margin,
+# and is far below what a modelling slip (a missing 1/n, a wrong mask, a sign) would move, O(1e-2).
+AGREE = 1e3 * RTOL
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quick_compilation():
+    """Compilation is most of this file's time (one per cell: each has its own rules), and XLA's
+    optimisation passes half of that (measured); they fuse and schedule the same operations, moving
+    results by round-off at most, far below these tolerances. For this file only."""
+    before = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", before)
+
+
+def _covering():
+    """(attention, mask, form, spherical): every attention type with every form; the mask and geometry
+    alternate so that every pair of levels of any two factors appears once at least."""
+    cases = []
+    for a, f in itertools.product(range(len(ATTENTION_NAMES)), range(len(FORMS))):
+        cases.append((ATTENTION_NAMES[a], MASK_NAMES[(a + f) % 2], FORMS[f], GEOMETRIES[(a // 2 + f) % 2]))
+    return cases
+
+
+CASES = (list(itertools.product(ATTENTION_NAMES, MASK_NAMES, FORMS, GEOMETRIES))
+         if os.environ.get("ATTNFLOW_JAX_FULL_MATRIX") == "1" else _covering())
+
+
+def _heads(rng, form, B, H, d):
+    """Positive definite heads (so spherical cells cluster) in ``form``; the dense form shared by the
+    batch (a leading axis of 1), the others one per seed."""
+    def eigen(S):
+        return rng.uniform(0.3, 1.0, (S, H, d))
+    if form == "diagonal":
+        return {"diagonal": eigen(B)}
+    q = np.linalg.qr(rng.standard_normal((B, H, d, d)))[0]
+    if form == "dense":
+        e = eigen(1)
+        return {"score_matrices": np.einsum("shdk,shk,shek->shde", q[:1], e, q[:1])}
+    r = d // 2  # factored form applies when r <= d/2
+    return {"factors": (np.ascontiguousarray(q[..., :r]), eigen(B)[..., :r])}
+
+
+def _cell(index, attention, mask, form, spherical):
+    rng = np.random.default_rng(1000 + index)
+    B, n, d, H = 2, 4, 4, 2
+    x0 = rng.standard_normal((B, n, d))
+    x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
+    t_max = 6.0 if spherical else 0.25  # flat usa blows up in finite time (t ~ 0.4 in one of these)
+    t_eval = (np.linspace(0.0, t_max, 7) if index % 2 == 0
+              else np.concatenate([[0.0], np.geomspace(1e-2, t_max, 6)]))
+    kwargs = dict(attention=attention, mask=mask, beta=1.0, spherical=spherical, t_eval=t_eval, rtol=RTOL,
+                  atol=ATOL, max_steps=100_000, groups=ALL_GROUPS, in_span=False,
+                  # half the cells stop at the criterion (both spacings, both geometries): a run that
+                  # does not stop compiles a second solve, which locates t_cluster after the samples
+                  stop_at_cluster=index % 4 in (0, 3),
+                  cluster_metric="gamma_mean" if index % 3 == 0 else "epsilon",
+                  cluster_threshold=0.7 if index % 3 == 0 else 0.3, **_heads(rng, form, B, H, d))
+    return x0, kwargs
+
+
+def _gradient_flow(attention, mask):
+    return ATTENTIONS.get(attention).gradient_flow and not MASKS.get(mask).masked
+
+
+@pytest.mark.parametrize("index, case", list(enumerate(CASES)), ids=["-".join(map(str, c)) for c in CASES])
+def test_jax_engine_agrees_with_numba(index, case):
+    attention, mask, form, spherical = case
+    x0, kwargs = _cell(index, *case)
+    ours, theirs = jaxengine.solve(x0, **kwargs), engine.solve(x0, **kwargs)
+    assert ours.form == theirs.form == form
+    assert set(ours.variables) == set(theirs.variables) == {v.name for g in GROUPS for v in g.variables}
+    scale = lambda a: 1.0 + np.max(np.abs(a), initial=0.0, where=np.isfinite(a))  # noqa: E731
+    # t_cluster: both NaN or both located to the samples' agreement (the metric moves at O(1) rates).
+    assert np.array_equal(np.isnan(ours.t_cluster), np.isnan(theirs.t_cluster))
+    np.testing.assert_allclose(ours.t_cluster, theirs.t_cluster, rtol=0, atol=AGREE * scale(theirs.t_cluster))
+    # The JAX engine stops at t_cluster, the numba engine at the end of that step: the samples the JAX
+    # engine reached are the numba engine's up to there.
+    reached = ~np.isnan(ours.variables["gamma_mean"])
+    assert np.all(~np.isnan(theirs.variables["gamma_mean"])[reached])
+    if kwargs["stop_at_cluster"]:
+        np.testing.assert_array_equal(ours.t_stop, np.where(np.isnan(ours.t_cluster), kwargs["t_eval"][-1],
+                                                            ours.t_cluster))
+    else:
+        assert reached.all()
+    for name, value in ours.variables.items():
+        other = theirs.variables[name][reached]
+        if value.dtype.kind == "i":
+            np.testing.assert_array_equal(value[reached], other, err_msg=name)
+            assert np.all(value[~reached] == -1)
+        else:
+            np.testing.assert_allclose(value[reached], other, rtol=0, atol=AGREE * scale(other), err_msg=name)
+            assert np.all(np.isnan(value[~reached]))
+    for result in (ours, theirs):
+        if spherical:  # the tokens stay on the sphere to round-off at the samples
+            norms = np.linalg.norm(result.variables["x"][reached], axis=-1)
+            np.testing.assert_allclose(norms, 1.0, rtol=0, atol=1e-12)
+            assert np.all(result.norm_drift <= 1e-12)
+        if _gradient_flow(attention, mask):
+            # Thm 11 (usa) and result 8 (sigmoid): sum_h dE_h/dt = (1/n) sum_i ||dx_i/dt||^2 at every
+            # sample, two sums of O(1) terms: a few ulps of their size.
+            total = np.nansum(result.variables["energy_rate"], axis=-1)[reached]
+            kinetic = result.variables["kinetic"][reached]
+            np.testing.assert_allclose(total, kinetic, rtol=1e-12, atol=1e-14)
+
+
+def test_undeclared_rule_is_refused_by_name(monkeypatch):
+    from attnflow.attention import Weights
+    from attnflow.jaxengine import field
+
+    with pytest.raises(NotImplementedError, match="SIGMOID"):
+        field.kernel({}, Weights.SIGMOID, "weight rule")
+    monkeypatch.delitem(field.WEIGHTS, Weights.SIGMOID)
+    with pytest.raises(NotImplementedError, match="weight rule kernel for \\[<Weights.SIGMOID"):
+        jaxengine.check_declarations()
+
+
+def test_attnflow_runs_without_jax(tmp_path):
+    # With jax, diffrax and equinox unimportable, attnflow imports, the numba engine simulates, and
+    # the JAX engine says what to install.
+    script = (
+        "import sys\n"
+        "for name in ('jax', 'diffrax', 'equinox', 'optimistix'): sys.modules[name] = None\n"
+        "import attnflow, attnflow.simulation, attnflow.jaxengine as j\n"
+        "assert not j.available() and not j.gpu_visible()\n"
+        "try:\n    j.solve(None, attention='softmax', beta=1, spherical=True, t_eval=None, rtol=1, atol=1,"
+        " max_steps=1)\n"
+        "except ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "pip install 'attnflow[jax]'" in out.stdout
+
+
+def test_simulate_runs_a_cell_on_the_engine_it_names():
+    from attnflow import Cell, simulate
+
+    cell = Cell(n=4, d=4, H=2, seeds=2, heads="random", t_max=2.0, n_samples=5, rtol=RTOL, atol=ATOL)
+    ours, theirs = simulate(cell.replace(engine="jax")), simulate(cell)
+    assert ours.attrs["solver_engine"] == "jax" and theirs.attrs["solver_engine"] == "numba"
+    assert ours.attrs["cell_engine"] == "jax" and "cell_engine" not in theirs.attrs
+    for name in ("gamma_mean", "energy", "entropy_rate", "rd_margin"):
+        np.testing.assert_allclose(ours[name].values, theirs[name].values, rtol=0,
+                                   atol=AGREE * (1.0 + np.abs(theirs[name].values).max()), err_msg=name)
+    # the certificate reruns on the cell's engine, at 100x tighter tolerances
+    assert ours.attrs["certificate_error"] < 1e-6
