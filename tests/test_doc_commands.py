@@ -119,7 +119,7 @@ NOT_RUN = {
     "pip install -e '.[bench]'": "installs jax and torch (gigabytes) for the benchmarks",
     "pip install 'attnflow[jax]'":
         "installs jax, diffrax and equinox (network); the test extra has them: tests/test_jax_engine.py",
-    "pip install 'jax[cuda12]'": "installs jax's CUDA build (network, gigabytes) for a GPU",
+    "pip install 'attnflow[jax-cuda]'": "installs jax's CUDA build (network, gigabytes) for a GPU",
 }
 
 
