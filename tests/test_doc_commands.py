@@ -120,6 +120,14 @@ NOT_RUN = {
     "pip install 'attnflow[jax]'":
         "installs jax, diffrax and equinox (network); the test extra has them: tests/test_jax_engine.py",
     "pip install 'attnflow[jax-cuda]'": "installs jax's CUDA build (network, gigabytes) for a GPU",
+    "snakemake --config retry_failures=True":
+        "reruns known failures: tests/test_failures.py runs it on a tiny config with failing seeds",
+    "snakemake --config share_results=True":
+        "a second config on an owned results folder: tests/test_isolation.py runs it",
+    "attnflow refine <experiment> --configfile C": "a placeholder form; tests/test_refine.py runs refine",
+    "snakemake --configfile C": "a placeholder form; tests/test_refine.py runs the plain run after refine",
+    "attnflow refine beta_star --rounds 3 -- --cores 2 -q":
+        "the pass-through arguments' order: tests/test_isolation.py checks the command refine builds",
 }
 
 
