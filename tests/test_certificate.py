@@ -60,7 +60,7 @@ def batched_velocity(x, score, values, beta, attention, mask):
     return v - np.sum(v * x, axis=-1, keepdims=True) * x
 
 
-def heads_of(ds, seeds):
+def stored_heads(ds, seeds):
     """(S, H, d, d) score and value matrices of a store, per seed."""
     if "score_matrix" in ds:
         m = ds.score_matrix.values
@@ -76,7 +76,7 @@ def reference(ds, cell):
     landed on a step's end (tests/dop853.py)."""
     x0, times = ds.x.values[:, 0], ds.time.values
     S, n, d = x0.shape
-    score, values = heads_of(ds, S)
+    score, values = stored_heads(ds, S)
     keep = np.tril(np.ones((n, n), dtype=bool)) if cell.mask == "causal" else np.ones((n, n), dtype=bool)
 
     def field(seeds):

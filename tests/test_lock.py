@@ -68,4 +68,5 @@ def test_a_second_controller_runs_no_job(tmp_path, holder):
     assert proc.returncode != 0
     assert f"results directory {tmp_path / 'results'} is in use" in proc.stderr
     assert f"pid {holder.pid}" in proc.stderr
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [".attnflow.lock"]
+    # Only the lock and the job parameters every parse writes (attnflow.jobparams): no job's output.
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [".attnflow.lock", "params"]

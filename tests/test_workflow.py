@@ -138,7 +138,9 @@ def test_a_one_value_edit_dry_run_is_short(beta_star_run):
     # Rules pass the digest of a batch's cells, not the cells: the dry run quotes two 16-character digests
     # per batch (the cells' JSON, 2 x 1.2 KB per cell and batch, before).
     workdir, _, results = beta_star_run
-    more = beta_star_config(workdir, "one_more_beta.yaml",
+    # A copy of the fixture's config in a new file is another config on the same results: it says so
+    # (share_results), as the user who edits the one config never has to.
+    more = beta_star_config(workdir, "one_more_beta.yaml", share_results=True,
                             **{"experiments.beta_star.grid.beta": [0.5, 2.0, 8.0]})
     assert planned(workdir, more) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
     proc = run(workdir, more, "-n")

@@ -26,11 +26,12 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
 
 
-def put(layout: Layout, text: str) -> str:
-    """The digest naming ``text``, whose file (``Layout.job_params``) is written now unless it exists."""
+def put(layout: Layout, text: str, write: bool = True) -> str:
+    """The digest naming ``text``, whose file (``Layout.job_params``) is written now unless it exists
+    (or ``write`` is False: a dry run on another config's results writes nothing there)."""
     key = digest(text)
     path = layout.job_params(key)
-    if not path.exists():
+    if write and not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written aside and renamed: a job on another node parsing at the same time never reads half a file.
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")

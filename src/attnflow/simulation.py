@@ -151,6 +151,8 @@ def simulate(
     # A failed seed has nothing to certify: the certificate covers the seeds that succeeded.
     certificate, certificate_per_seed = ({}, {}) if not certify else \
         _certificate(cell, result, x_init, given, values, times, skip=failed)
+    if failed.all():  # nothing to certify: the cell carries no certificate (its per-seed one is NaN)
+        certificate = {}
 
     data_vars = {}
     attention = ATTENTIONS.get(cell.attention)
@@ -167,14 +169,16 @@ def simulate(
         "description": f"{criterion} never held up to t_max (False for a failed seed)",
     })
     data_vars["failed"] = ("seed", failed, {
-        "units": "1", "description": "the seed's run failed (see failure, t_failed): its samples from "
-                                     "t_failed on are NaN and the reductions leave the seed out"})
+        "units": "1", "long_name": "run failed",
+        "description": "the seed's run failed (see failure, t_failed): its samples from t_failed on are NaN "
+                       "and the reductions leave the seed out"})
     data_vars["failure"] = ("seed", failure.astype(np.int8), {
-        "units": "1", "description": "why the seed's run failed (0: it did not)",
+        "units": "1", "long_name": "failure kind", "description": "why the seed's run failed (0: it did not)",
         "flag_values": [f.value for f in SeedFailure],
         "flag_meanings": " ".join(f.name.lower() for f in SeedFailure)})
     data_vars["t_failed"] = ("seed", t_failed, {
-        "units": "time", "description": "time at which the seed's run failed; NaN where it did not"})
+        "units": TIME_UNITS, "long_name": "failure time",
+        "description": f"time at which the seed's run failed, in {FLOW_TIME}; NaN where it did not"})
     if cell.stop_at_cluster:
         data_vars["t_stop"] = ("seed", result.t_stop, {
             "units": TIME_UNITS, "long_name": "stopping time",

@@ -562,24 +562,24 @@ def repair_tickets(results: str | Path, batch: str) -> list[str]:
     return sorted(str(p) for p in Layout(results).repairs(batch).glob("*.ticket"))
 
 
-def batch_params(sweep: Sweep, batch: str) -> str:
+def batch_params(sweep: Sweep, batch: str, write: bool = True) -> str:
     """The simulate job's parameter: the digest naming the file of its cells as JSON (each cell's cached
     canonical JSON, the text ``json.dumps([cell.to_dict() ...], sort_keys=True)`` gives; see
     ``attnflow.jobparams``): it changes when, and only when, the batch's cells do."""
     text = "[" + ", ".join(cell.canonical_json() for cell in sweep.batches[batch]) + "]"
-    return jobparams.put(sweep.layout, text)
+    return jobparams.put(sweep.layout, text, write)
 
 
-def spec_params(sweep: Sweep, name: str) -> str:
+def spec_params(sweep: Sweep, name: str, write: bool = True) -> str:
     """An aggregate job's parameter: the digest naming the file of its experiment's spec, as
     ``batch_params``."""
-    return jobparams.put(sweep.layout, sweep.specs[name].to_json())
+    return jobparams.put(sweep.layout, sweep.specs[name].to_json(), write)
 
 
-def entries_params(sweep: Sweep, name: str) -> str:
+def entries_params(sweep: Sweep, name: str, write: bool = True) -> str:
     """An aggregate job's parameter: the digest naming the file of its experiment's grid points
     (``Sweep.entries``: grid coordinates, store path, cell id), as ``batch_params``."""
-    return jobparams.put(sweep.layout, json.dumps(sweep.entries(name)))
+    return jobparams.put(sweep.layout, json.dumps(sweep.entries(name)), write)
 
 
 def provenance(config: dict) -> dict:

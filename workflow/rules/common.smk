@@ -151,7 +151,7 @@ def experiment_tickets(wildcards):
 
 def batch_cells(wildcards):
     """The digest of the batch's cells, which the job reads from the file it names (attnflow.jobparams)."""
-    return batch_params(SWEEP, wildcards.batch)
+    return batch_params(SWEEP, wildcards.batch, write=not _FOREIGN)  # nothing in another config's results
 
 
 def experiment_manifests(wildcards):
@@ -160,11 +160,11 @@ def experiment_manifests(wildcards):
 
 def experiment_entries(wildcards):
     """The digest of (grid coordinates, store path, cell id) of every grid point: what the aggregation reads."""
-    return entries_params(SWEEP, wildcards.experiment)
+    return entries_params(SWEEP, wildcards.experiment, write=not _FOREIGN)
 
 
 def experiment_spec(wildcards):
-    return spec_params(SWEEP, wildcards.experiment)
+    return spec_params(SWEEP, wildcards.experiment, write=not _FOREIGN)
 
 
 def figure_summary(wildcards):

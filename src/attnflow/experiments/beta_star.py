@@ -84,7 +84,8 @@ class BetaStar(Experiment):
     observables = ("energy", "radial")
     defaults = {
         # Monotonicity is measured up to the clustering time: each run stops there.
-        "fixed": {"d": 12, "t_max": 8.0, "n_samples": 41, "seeds": 16, "lambda_bar": 1.0,
+        "fixed": {"rtol": 1e-08, "atol": 1e-11,
+                  "d": 12, "t_max": 8.0, "n_samples": 41, "seeds": 16, "lambda_bar": 1.0,
                   "stop_at_cluster": True},
         "grid": {"attention": ["softmax", "usa"], "H": [2, 3], "heads": ["scalar", "block"],
                  "n": [4, 8, 16, 32], "beta": [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]},

@@ -34,7 +34,8 @@ class ClusteringProbability(Experiment):
         # H = 2 with spread 0 (equal) and 0.8 (strengths 0.2, 1.8): unequal heads are not a time
         # rescaling of equal ones (H equal heads are one head at H times the speed), and the closed
         # form says they are slower at beta 3-6 and faster at 8.
-        "fixed": {"attention": "softmax", "heads": "scalar", "lambda_dist": "linear", "lambda_bar": 1.0,
+        "fixed": {"rtol": 1e-08, "atol": 1e-11,
+                  "attention": "softmax", "heads": "scalar", "lambda_dist": "linear", "lambda_bar": 1.0,
                   "H": 2, "init": "uniform", "n": 32, "d": 32, "seeds": 64, "t_max": 60.0, "n_samples": 2,
                   "cluster_metric": "epsilon", "cluster_threshold": 1e-2, "stop_at_cluster": True},
         "grid": {"spread": [0.0, 0.8], "beta": [0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]},

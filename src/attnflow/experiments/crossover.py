@@ -37,7 +37,7 @@ class Crossover(Experiment):
     defaults = {
         "fixed": {"heads": "scalar", "H": 1, "n": 16, "d": 64, "lambda_bar": 1.0,
                   "cluster_metric": "gamma_mean", "cluster_eps": 1e-2, "stop_at_cluster": True,
-                  "t_max": 100.0, "n_samples": 2, "seeds": 8, "rtol": 1e-10, "atol": 1e-13},
+                  "t_max": 100.0, "n_samples": 2, "seeds": 8, "rtol": 1e-9, "atol": 1e-12},
         "grid": {"attention": ["softmax", "relu"], "init": ["equiangular_typical", "uniform"],
                  "cluster_threshold": [0.5, 0.9, 0.99, 0.999], "beta": [0.5, 1.0, 2.0, 4.0, 8.0]},
         # One job: the cells cost milliseconds, a job's start-up seconds.

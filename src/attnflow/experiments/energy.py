@@ -19,7 +19,8 @@ class EnergyExperiment(Experiment):
     observables = ("energy", "velocity")
     defaults = {
         # Flat usa blows up in finite time (from t ~ 0.29 for some seeds): keep t_max below.
-        "fixed": {"attention": "usa", "H": 2, "n": 8, "d": 4, "beta": 1.0, "t_max": 0.2, "n_samples": 41,
+        "fixed": {"rtol": 1e-07, "atol": 1e-10,
+                  "attention": "usa", "H": 2, "n": 8, "d": 4, "beta": 1.0, "t_max": 0.2, "n_samples": 41,
                   "seeds": 32},
         "grid": {"geometry": ["sphere", "flat"], "heads": ["random", "block"]},
         "batch_over": ["geometry", "heads"],

@@ -230,7 +230,8 @@ class Orthogonality(Experiment):
         # flat space). Not x_i = e_i: that symmetric start flows to a saddle of the orthogonal heads'
         # dynamics (transverse rate beta e^(beta/2)), which any perturbation leaves with an O(1)
         # per-head violation whatever the overlap (docs/experiments.md).
-        "fixed": {"heads": "perturbed_block", "attention": "usa", "geometry": "sphere", "init": "uniform",
+        "fixed": {"rtol": 1e-07, "atol": 1e-10,
+                  "heads": "perturbed_block", "attention": "usa", "geometry": "sphere", "init": "uniform",
                   "H": 2, "n": 8, "d": 8, "t_max": 10.0, "n_samples": 41, "seeds": 16},
         "grid": {"delta": [0.02, 0.05, 0.1, 0.25, 0.5], "beta": [0.25, 0.5, 1.0, 2.0]},
         "batch_over": ["delta", "beta"],

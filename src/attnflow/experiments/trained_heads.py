@@ -42,7 +42,8 @@ class TrainedHeads(Experiment):
     )
     observables = ("energy", "radial")
     defaults = {
-        "fixed": {"weights": "minilm", "H": 12, "d": 384, "n": 8, "init": "embedding", "values": "aligned",
+        "fixed": {"rtol": 1e-07, "atol": 1e-10,
+                  "weights": "minilm", "H": 12, "d": 384, "n": 8, "init": "embedding", "values": "aligned",
                   "t_max": 8.0, "n_samples": 21, "seeds": 8, "stop_at_cluster": True},
         "grid": {"layer": [0, 5], "heads": ["trained", "trained_orthogonal"], "beta": [1.0, 4.0, 16.0, 64.0]},
         "batch_over": ["beta"],

@@ -61,7 +61,8 @@ class Variants(Experiment):
     figures = ("", "clustering")  # variants.png: Thm 11 and 19; variants-clustering.png: result 9
     reduction_version = 2  # 2: Thm 11's residual judged against its round-off bound, per run
     defaults = {
-        "fixed": {"H": 2, "n": 8, "d": 8, "lambda_dist": "linear", "lambda_bar": 1.0, "spread": 0.5,
+        "fixed": {"rtol": 1e-11, "atol": 1e-14,
+                  "H": 2, "n": 8, "d": 8, "lambda_dist": "linear", "lambda_bar": 1.0, "spread": 0.5,
                   "init": "uniform", "t_max": 20.0, "n_samples": 41, "seeds": 16},
         "grid": {"heads": ["scalar", "random"], "attention": ["softmax", "usa", "relu", "sigmoid"],
                  "mask": ["none", "causal"], "beta": [0.5, 1.0, 2.0, 4.0]},
