@@ -234,3 +234,4 @@ def test_an_experiment_declares_every_figure_it_draws():
     assert [p.name for p in sweep.layout.figures("energy")] == ["energy.png", "energy.pdf"]
     assert Layout.part_of("variants-clustering") == ("variants", "clustering")
     assert Layout.part_of("energy") == ("energy", "")
+

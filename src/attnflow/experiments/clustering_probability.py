@@ -165,11 +165,11 @@ class ClusteringProbability(Experiment):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
         from matplotlib.lines import Line2D
 
-        from ..plotting import log_edges, log_ticks, plt, sns
+        from ..plotting import figure_width, log_edges, log_ticks, plt, sns, wrap
 
         ds = self.with_axes(summary, spec)
         columns = list(_columns(ds))
-        fig, axes = plt.subplots(2, len(columns), figsize=(max(3.5 * len(columns), 5.0), 8.2), squeeze=False)
+        fig, axes = plt.subplots(2, len(columns), figsize=(figure_width(), 8.2), squeeze=False)
         t = ds.time.values
         b_vals = ds.beta.values.astype(float)
         t_edges, b_edges = log_edges(t), log_edges(b_vals)
@@ -239,8 +239,9 @@ class ClusteringProbability(Experiment):
         fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=2, bbox_to_anchor=(0.45, -0.02),
                    facecolor="0.15", edgecolor="0.5", labelcolor="w", framealpha=1)
         fixed = self.describe_fixed(spec, ("attention", "heads", "lambda_bar", "n", "d", "init"))
-        fig.suptitle(f"Clustering probability over (t, beta): epsilon <= {spec.fixed['cluster_threshold']:g}"
-                     f"\n{fixed}", fontsize=9)
+        fig.suptitle(wrap(f"Clustering probability over (t, beta): epsilon <= "
+                          f"{spec.fixed['cluster_threshold']:g}\n{fixed}", figure_width() - 0.2, 9),
+                     fontsize=9)
         fig.subplots_adjust(hspace=0.35, right=0.87, wspace=0.45, bottom=0.2)
         return fig
 

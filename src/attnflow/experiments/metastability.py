@@ -275,11 +275,20 @@ class Metastability(Experiment):
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
-        from ..plotting import legend_of_drawn, log_edges, log_ticks, plain_log_axis, plt, sns
+        from ..plotting import (
+            figure_width,
+            legend_of_drawn,
+            log_edges,
+            log_ticks,
+            plain_log_axis,
+            plt,
+            sns,
+            wrap,
+        )
 
         ds = self.with_axes(summary, spec)
         combos = [(H, d) for H in ds.H.values for d in ds.d.values]
-        fig, axes = plt.subplots(3, len(combos), figsize=(4.6 * len(combos), 11), squeeze=False,
+        fig, axes = plt.subplots(3, len(combos), figsize=(figure_width(), 9.0), squeeze=False,
                                  layout="constrained")
         t = ds.time.values[1:]  # t = 0 has no place on a log axis
         betas = ds.beta.values.astype(float)
@@ -316,7 +325,7 @@ class Metastability(Experiment):
             ax.set_xlabel("time $t$ (log)")
             ax.set_ylabel("clusters (median; dashed: quartiles)")
             ax.set_title(f"H = {H}, d = {d}: the staircase, {ds.sizes['seed']} seeds", fontsize=8)
-            legend_of_drawn(ax, fontsize=6)
+            legend_of_drawn(ax, fontsize=7)
 
             ax = axes[2, col]
             length = sub.plateau.transpose("beta", "seed").values
@@ -358,13 +367,13 @@ class Metastability(Experiment):
             ax.set_yscale("log")
             ax.set_xlabel(r"inverse temperature $\beta$")
             ax.set_ylabel("longest plateau length (time)")
-            ax.set_title(f"H = {H}, d = {d}: {verdict}\n(censored fit, open markers lower bounds; "
-                         "faded: beyond; ±: 95%)", fontsize=8)
+            ax.set_title(wrap(f"H = {H}, d = {d}: {verdict} (censored fit, open markers lower bounds; "
+                              "faded: beyond; ±: 95%)", figure_width() / len(combos) - 0.3, 8), fontsize=8)
             legend_of_drawn(ax, fontsize=7)  # no entry for censored runs where there are none
         fig.colorbar(mesh, ax=list(axes[0]), label="median cluster count")
         fixed = self.describe_fixed(spec, ("attention", "heads", "n", "lambda_bar", "cluster_eps", "t_max"))
-        fig.suptitle(f"Metastability (result 10): cluster count against log t; {fixed}; samples evenly "
-                     "spaced in log t", fontsize=9)
+        fig.suptitle(wrap(f"Metastability (result 10): cluster count against log t; {fixed}; samples evenly "
+                          "spaced in log t", figure_width() - 0.2, 9), fontsize=9)
         return fig
 
 

@@ -344,13 +344,13 @@ class Orthogonality(Experiment):
 
     def plot(self, summary, spec):
         # Drawing modules load here, not at module top: every workflow job imports the registry.
-        from ..plotting import plt
+        from ..plotting import figure_width, plt, wrap
 
         ds = self.with_axes(summary, spec)
         others = [d for d in ds.monotone.dims if d not in ("delta", "beta", "seed", "time", "geometry")]
         betas = ds.beta.values.astype(float)
         markers = {"sphere": ("o", "C0"), "flat": ("s", "C1")}
-        fig, axes = plt.subplots(2, 2, figsize=(7.0, 6.8), layout="constrained")
+        fig, axes = plt.subplots(2, 2, figsize=(figure_width(), 6.8), layout="constrained")
         b_edges = np.arange(len(betas) + 1) - 0.5
         mesh = None
         for g, geometry in enumerate(GEOMETRIES):
@@ -442,8 +442,8 @@ class Orthogonality(Experiment):
         fixed = self.describe_fixed(spec, ("attention", "init", "H", "n", "d", "t_max", "seeds"))
         if others:
             fixed += f"; pooled over {', '.join(others)}"
-        fig.suptitle(f"Approximate orthogonality (Thm 39), pointwise at the configurations up to "
-                     f"$T_\\varepsilon$\n{fixed}", fontsize=9)
+        fig.suptitle(wrap(f"Approximate orthogonality (Thm 39), pointwise at the configurations up to "
+                          f"$T_\\varepsilon$\n{fixed}", figure_width() - 0.2, 9), fontsize=9)
         return fig
 
 
