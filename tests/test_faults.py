@@ -158,7 +158,9 @@ def test_same_seeds_bit_identical_on_one_and_two_threads(beta_star_run, tiny_run
 
 def shared_cells_config(tmp: "os.PathLike") -> "os.PathLike":
     """Two experiments whose grids hold the same cells (beta_star and toy_margin at n = 4)."""
-    cell = {"heads": "block", "d": 4, "seeds": 2, "t_max": 2.0, "n_samples": 11, "stop_at_cluster": False}
+    # Tolerances named: the experiments' defaults differ (each fitted to its own block).
+    cell = {"heads": "block", "d": 4, "seeds": 2, "t_max": 2.0, "n_samples": 11, "stop_at_cluster": False,
+            "rtol": 1e-6, "atol": 1e-9}
     return write_config(tmp, **{
         "experiment_modules": ["toy_experiment"],
         "experiments": {
