@@ -52,7 +52,7 @@ def test_a_cell_shared_by_two_experiments_is_owned_by_one_batch():
     # toy_margin's default cells are beta_star-like cells of their own; a second
     # experiment block that repeats the first's grid point shares its store.
     block = {"fixed": {"heads": "block", "d": 4, "seeds": 2, "t_max": 1.0, "n_samples": 11,
-                       "stop_at_cluster": False, "observables": ["radial"]},
+                       "stop_at_cluster": False, "observables": ["radial"], "rtol": 1e-8, "atol": 1e-11},
              "grid": {"H": [2], "n": [4], "beta": [0.5, 1.0], "attention": ["softmax"]}}
     config = {"experiment_modules": ["toy_experiment"], "experiments": {
         "beta_star": {**block, "fixed": {**block["fixed"], "observables": ["energy", "radial"]},

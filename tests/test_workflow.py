@@ -124,10 +124,10 @@ def test_rerun_is_noop_and_new_values_run_only_their_jobs(tiny_run):
     tmp, config, _ = tiny_run
     assert planned(tmp, config) == {}
     # One more beta: beta_star batches over beta, so each (H, n) batch reruns (computing
-    # only its new cell), then the summary and figure of beta_star; nothing else (toy_margin's cells,
-    # at its own tolerances, are not beta_star's).
+    # only its new cell), then the summary and figure of beta_star, and of toy_margin, whose
+    # cells one of those batches owns; nothing else.
     more_beta = write_config(tmp, "beta.yaml", **{"experiments.beta_star.grid.beta": [0.5, 2.0, 8.0]})
-    assert planned(tmp, more_beta) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+    assert planned(tmp, more_beta) == {"simulate": 2, "aggregate": 2, "plot": 2, "all": 1}
     # One more d in clustering_time: batches over n, so two new batches (one per attention); its two
     # figures are drawn again (Experiment.figures: a plot job each).
     more_d = write_config(tmp, "d.yaml", **{"experiments.clustering_time.grid.d": [16, 64, 128]})
