@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 # A file not listed goes after these, the files with workflow runs first.
 MEASURED_SECONDS = {
     "test_numerics_version.py": 181, "test_config.py": 30, "test_doc_commands.py": 143,
-    "test_faults.py": 74, "test_workflow.py": 66, "test_refine.py": 47, "test_slurm.py": 42,
+    "test_figure_layout.py": 75, "test_faults.py": 74, "test_jax_engine.py": 70, "test_workflow.py": 66,
+    "test_isolation.py": 60, "test_refine.py": 47, "test_slurm.py": 42,
     "test_variants.py": 40, "test_failures.py": 34, "test_resources.py": 26, "test_bitrot.py": 25,
     "test_certificate_sweep.py": 18, "test_experiments.py": 15, "test_cell_ids.py": 8, "test_lock.py": 6.5,
 }
