@@ -619,25 +619,25 @@ def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=p
     }, indent=1))
 
 
-def failed_cells(sweep: Sweep) -> dict[str, str]:
-    """Every cell the batches' manifests record as failed whole: cell id -> error."""
+def _recorded(sweep: Sweep, key: str) -> dict[str, str]:
+    """What the batches' manifests record under ``key`` ("failed", "seed_failures"): cell id -> its line."""
     found = {}
     for batch in sweep.batches:
         record = read_manifest(sweep, batch) or {}
-        if isinstance(record.get("failed"), dict):
-            found.update(record["failed"])
+        if isinstance(record.get(key), dict):
+            found.update(record[key])
     return found
+
+
+def failed_cells(sweep: Sweep) -> dict[str, str]:
+    """Every cell the batches' manifests record as failed whole: cell id -> error."""
+    return _recorded(sweep, "failed")
 
 
 def seed_failed_cells(sweep: Sweep) -> dict[str, str]:
     """Every stored cell the batches' manifests record as holding failed seeds: cell id -> the line
     saying how many seeds failed and why."""
-    found = {}
-    for batch in sweep.batches:
-        record = read_manifest(sweep, batch) or {}
-        if isinstance(record.get("seed_failures"), dict):
-            found.update(record["seed_failures"])
-    return found
+    return _recorded(sweep, "seed_failures")
 
 
 def _cells_by_id(sweep: Sweep) -> dict:
