@@ -288,7 +288,8 @@ class Metastability(Experiment):
 
         ds = self.with_axes(summary, spec)
         combos = [(H, d) for H in ds.H.values for d in ds.d.values]
-        fig, axes = plt.subplots(3, len(combos), figsize=(figure_width(), 9.0), squeeze=False,
+        # The bottom row's legends go under their panels (the extra height): inside, they covered runs.
+        fig, axes = plt.subplots(3, len(combos), figsize=(figure_width(), 10.5), squeeze=False,
                                  layout="constrained")
         t = ds.time.values[1:]  # t = 0 has no place on a log axis
         betas = ds.beta.values.astype(float)
@@ -325,7 +326,7 @@ class Metastability(Experiment):
             ax.set_xlabel("time $t$ (log)")
             ax.set_ylabel("clusters (median; dashed: quartiles)")
             ax.set_title(f"H = {H}, d = {d}: the staircase, {ds.sizes['seed']} seeds", fontsize=8)
-            legend_of_drawn(ax, fontsize=7)
+            legend_of_drawn(ax, fontsize=7, loc="lower left")  # before the first merger: no line there
 
             ax = axes[2, col]
             length = sub.plateau.transpose("beta", "seed").values
@@ -369,7 +370,8 @@ class Metastability(Experiment):
             ax.set_ylabel("longest plateau length (time)")
             ax.set_title(wrap(f"H = {H}, d = {d}: {verdict} (censored fit, open markers lower bounds; "
                               "faded: beyond; ±: 95%)", figure_width() / len(combos) - 0.3, 8), fontsize=8)
-            legend_of_drawn(ax, fontsize=7)  # no entry for censored runs where there are none
+            # No entry for censored runs where there are none.
+            legend_of_drawn(ax, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
         fig.colorbar(mesh, ax=list(axes[0]), label="median cluster count")
         fixed = self.describe_fixed(spec, ("attention", "heads", "n", "lambda_bar", "cluster_eps", "t_max"))
         fig.suptitle(wrap(f"Metastability (result 10): cluster count against log t; {fixed}; samples evenly "
