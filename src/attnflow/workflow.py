@@ -619,39 +619,43 @@ def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=p
     }, indent=1))
 
 
-def _recorded(sweep: Sweep, key: str) -> dict[str, str]:
-    """What the batches' manifests record under ``key`` ("failed", "seed_failures"): cell id -> its line."""
-    found = {}
+def recorded_failures(sweep: Sweep) -> tuple[dict[str, str], dict[str, str]]:
+    """What the batches' manifests record, each manifest read once: the cells that failed whole (cell id
+    -> error) and the stored cells holding failed seeds (cell id -> how many seeds failed and why)."""
+    whole, seeds = {}, {}
     for batch in sweep.batches:
         record = read_manifest(sweep, batch) or {}
-        if isinstance(record.get(key), dict):
-            found.update(record[key])
-    return found
+        for key, found in (("failed", whole), ("seed_failures", seeds)):
+            if isinstance(record.get(key), dict):
+                found.update(record[key])
+    return whole, seeds
 
 
 def failed_cells(sweep: Sweep) -> dict[str, str]:
     """Every cell the batches' manifests record as failed whole: cell id -> error."""
-    return _recorded(sweep, "failed")
+    return recorded_failures(sweep)[0]
 
 
 def seed_failed_cells(sweep: Sweep) -> dict[str, str]:
     """Every stored cell the batches' manifests record as holding failed seeds: cell id -> the line
     saying how many seeds failed and why."""
-    return _recorded(sweep, "seed_failures")
+    return recorded_failures(sweep)[1]
 
 
 def _cells_by_id(sweep: Sweep) -> dict:
     return {cell_id(c): c for cells in sweep.batches.values() for c in cells}
 
 
-def failure_lines(sweep: Sweep) -> list[str]:
+def failure_lines(sweep: Sweep, failures: tuple[dict, dict] | None = None) -> list[str]:
     """One line per failure, by grid point, with its remedy: the cells that failed whole, then those
-    holding failed seeds (what ``attnflow status`` and the end of a run print)."""
+    holding failed seeds (what ``attnflow status`` and the end of a run print). ``failures``:
+    ``recorded_failures(sweep)`` where the caller has read it already."""
     from .sweep import failure_remedy
 
     cells = _cells_by_id(sweep)
+    whole, seeds = failures or recorded_failures(sweep)
     lines = []
-    for kind, found in (("failed", failed_cells(sweep)), ("failed seeds", seed_failed_cells(sweep))):
+    for kind, found in (("failed", whole), ("failed seeds", seeds)):
         for cid, error in sorted(found.items(), key=lambda item: sweep.name_of(item[0])):
             if cid in cells:
                 short = error.split("): ", 1)[1] if error.startswith("cell(") and "): " in error else error
@@ -664,8 +668,9 @@ def known_failures_notice(sweep: Sweep) -> str | None:
     if retry_requested(sweep):
         return None
     ids = _cells_by_id(sweep)
-    whole = [cid for cid in failed_cells(sweep) if cid in ids]
-    seeds = [cid for cid in seed_failed_cells(sweep) if cid in ids]
+    recorded_whole, recorded_seeds = recorded_failures(sweep)
+    whole = [cid for cid in recorded_whole if cid in ids]
+    seeds = [cid for cid in recorded_seeds if cid in ids]
     if not whole and not seeds:
         return None
     parts = ([f"{len(whole)} cells that failed"] if whole else []) + \
@@ -679,10 +684,10 @@ def known_failures_notice(sweep: Sweep) -> str | None:
 def failure_report(sweep: Sweep) -> str | None:
     """The line a run ends with when cells or seeds failed (None when none did): how many, where (by
     grid point), and the first with its remedy."""
-    lines = failure_lines(sweep)
+    whole, seeds = recorded_failures(sweep)
+    lines = failure_lines(sweep, (whole, seeds))
     if not lines:
         return None
-    whole, seeds = failed_cells(sweep), seed_failed_cells(sweep)
     ids = set(whole) | set(seeds)
     where = [f"{name} {sum(cell_id(p.cell) in ids for p in points)}" for name, points in sweep.points.items()
              if any(cell_id(p.cell) in ids for p in points)]
@@ -734,5 +739,6 @@ __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggr
            "issue_summary_tickets", "known_failures_notice", "lock_for_child", "lock_results", "RETRY_KEY",
            "retry_requested", "seed_failed_cells",
            "outdated_summaries",
-           "plot_job", "provenance", "read_manifest", "release_results", "repair_tickets", "results_holder",
+           "plot_job", "provenance", "read_manifest", "recorded_failures", "release_results",
+           "repair_tickets", "results_holder",
            "simulate_job", "spec_params", "summary_tickets", "sweep_from_workflow", "unhealthy"]
