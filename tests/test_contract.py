@@ -100,7 +100,7 @@ def test_the_options_refuse_bad_values_naming_them():
         Controller(1e-6, 1e-9, 0)
     with pytest.raises(ValueError, match=r"^fixed_step = -0.1"):
         Controller(1, 1, 10, fixed_step=-0.1)
-    with pytest.raises(ValueError, match=r"^t_eval: needs at least two strictly increasing times"):
+    with pytest.raises(ValueError, match=r"^SaveAt.times: needs at least two strictly increasing times"):
         SaveAt([1.0, 0.0])
     with pytest.raises(ValueError, match="observables = 'spectrum': unknown"):
         SaveAt([0.0, 1.0], ("spectrum",))

@@ -299,9 +299,9 @@ def test_usa_too_stiff_to_start_fails_its_seeds_by_name():
     assert "step size underflow" in ds.attrs["seed_failures"]
 
 
-def test_t_eval_must_be_increasing_with_two_times():
+def test_the_sample_times_must_be_increasing_with_two_times():
     for t in (np.array([0.0]), np.array([0.0, 1.0, 1.0])):
-        with pytest.raises(ValueError, match="t_eval"):
+        with pytest.raises(ValueError, match="^SaveAt.times: needs at least two strictly increasing"):
             SaveAt(t)
 
 

@@ -36,7 +36,7 @@ MAX_EXPONENT = 600.0
 LOG_DECADES = 6
 SAMPLE_SPACINGS = ("linear", "log")
 # Which engine integrates the cell: the compiled numba engine on the CPU cores, the JAX engine
-# (attnflow.jaxengine, on diffrax; an accelerator where jax sees one), or auto (``simulation.engine_for``).
+# (attnflow.jaxengine, on diffrax; an accelerator where jax sees one), or auto (``engines.engine_for``).
 ENGINES = ("numba", "jax", "auto")
 # Below this, the error control asks for more than float64 can deliver.
 MIN_RTOL = 1e-14

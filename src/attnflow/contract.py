@@ -277,7 +277,8 @@ class SaveAt:
     def __post_init__(self):
         times = np.ascontiguousarray(self.times, dtype=np.float64)
         if times.ndim != 1 or times.size < 2 or not np.all(np.diff(times) > 0):
-            raise ValueError(f"t_eval: needs at least two strictly increasing times, got {self.times!r}")
+            raise ValueError(f"SaveAt.times: needs at least two strictly increasing times, got "
+                             f"{self.times!r}")
         object.__setattr__(self, "times", times)
         object.__setattr__(self, "groups", canonical_groups(self.groups))
 
