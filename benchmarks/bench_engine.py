@@ -25,6 +25,7 @@ from scipy.integrate import solve_ivp
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from attnflow import Cell
+from attnflow.contract import Controller, Heads, Problem, SaveAt
 from attnflow.engine import _head_arrays, flow_of, solve
 from attnflow.engine.borrow import by_reference
 from attnflow.engine.dopri import trajectory_heads
@@ -49,8 +50,8 @@ def batch(cell):
 
 def run_attnflow(cell, score_matrices, x0, times):
     start = time.perf_counter()
-    r = solve(x0, score_matrices, attention=cell.attention, beta=cell.beta, spherical=True, t_eval=times,
-              rtol=cell.rtol, atol=cell.atol, max_steps=cell.max_steps, groups=("positions",))
+    r = solve(Problem(x0, Heads(score_matrices), cell.attention, cell.beta),
+              Controller(cell.rtol, cell.atol, cell.max_steps), SaveAt(times, ("positions",)))
     return time.perf_counter() - start, r.variables["x"], r
 
 
@@ -83,7 +84,7 @@ def _fields(x, head_arrays, flow, beta, repeat):
 def field_seconds(x0, repeat=50, **form):
     """Wall time of one field evaluation of the whole batch (best of 3); the score matrices in one form,
     as ``solve`` takes them (``score_matrices=``, ``diagonal=`` or ``factors=``)."""
-    _, arrays = _head_arrays(x0, form.get("score_matrices"), form.get("diagonal"), form.get("factors"), None)
+    _, arrays = _head_arrays(x0, Heads(**form))
     flow = flow_of("softmax", spherical=False)
     with threadpool_limits(1):
         _fields(x0, arrays, flow, 1.0, 2)
@@ -173,8 +174,8 @@ def main(argv=None):
         best = np.inf
         for _ in range(args.repeat + 1):
             start = time.perf_counter()
-            solve(x0, score_matrices, attention="softmax", beta=1.0, spherical=True,
-                  t_eval=np.array([0.0, 0.2]), rtol=1, atol=1, max_steps=100, fixed_step=0.01)
+            solve(Problem(x0, Heads(score_matrices), "softmax", 1.0), Controller(1, 1, 100, fixed_step=0.01),
+                  SaveAt(np.array([0.0, 0.2])))
             best = min(best, (time.perf_counter() - start) / 20)
         print(f"{n:5d} {best * 1e3:8.3f} {best / 8 * 1e6:13.1f}")
 

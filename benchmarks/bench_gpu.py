@@ -82,11 +82,12 @@ def raw_diffrax(cell, m, x0):
 
 
 def engine_route(solve, cell, m, x0):
-    def run():
-        return solve(x0, m, attention=cell.attention, beta=cell.beta, spherical=True,
-                     t_eval=cell.sample_times(), rtol=cell.rtol, atol=cell.atol, max_steps=cell.max_steps,
-                     groups=DEFAULT_GROUPS)
-    return run
+    from attnflow.contract import Controller, Heads, Problem, SaveAt
+
+    problem = Problem(x0, Heads(m), cell.attention, cell.beta)
+    controller = Controller(cell.rtol, cell.atol, cell.max_steps)
+    saveat = SaveAt(cell.sample_times(), DEFAULT_GROUPS)
+    return lambda: solve(problem, controller, saveat)
 
 
 def best_of(run, repeat):

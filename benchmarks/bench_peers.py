@@ -109,6 +109,7 @@ def attnflow_route(cell, score_matrices, x0, beta, groups, calls=None):
     ``calls``, when given, receives the mean field evaluations per trajectory: ``"all"``, and
     ``"samples"``, those made at the output times for the observables.
     """
+    from attnflow.contract import Controller, Heads, Problem, SaveAt
     from attnflow.engine import solve
 
     def count(steps, rejected, rhs_calls):
@@ -127,9 +128,8 @@ def attnflow_route(cell, score_matrices, x0, beta, groups, calls=None):
             return x, ds.n_steps.values, ds.norm_drift.values
     else:
         def run():
-            r = solve(x0, score_matrices, attention="softmax", beta=beta, spherical=True,
-                      t_eval=np.linspace(0, T_MAX, SAMPLES), rtol=RTOL, atol=ATOL, max_steps=100_000,
-                      groups=groups)
+            r = solve(Problem(x0, Heads(score_matrices), "softmax", beta), Controller(RTOL, ATOL, 100_000),
+                      SaveAt(np.linspace(0, T_MAX, SAMPLES), groups))
             count(r.n_steps, r.n_rejected, r.n_rhs_calls)
             return r.variables.get("x"), r.n_steps, r.norm_drift
     return run

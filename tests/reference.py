@@ -5,37 +5,57 @@ Loops over heads, one configuration at a time, no shared code with attnflow.
 
 import numpy as np
 
+# Which j token i attends to under each mask, (n, n) booleans; one entry per declared mask (no default:
+# tests/test_contract.py checks the names against attnflow's declarations).
+MASK_RULES = {
+    "none": lambda n: np.ones((n, n), dtype=bool),
+    "causal": lambda n: np.tril(np.ones((n, n), dtype=bool)),
+}
+
+
+def _softmax(s, beta, keep, n):
+    z = np.where(keep, beta * s, -np.inf)
+    w = np.exp(z - np.max(z, axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def _sigmoid(s, beta, keep, n):
+    with np.errstate(over="ignore"):  # exp(+large) = inf: the weight's limit 1 / inf = 0, exactly
+        return np.where(keep, 1.0 / (1.0 + np.exp(-(beta * s - np.log(n)))), 0.0)
+
+
+# The weights w_ij of each attention type from the scores s (docs/model.md), and whether the head
+# outputs are averaged (usa) or added (the others): one entry per declared type.
+WEIGHTS = {
+    "softmax": _softmax,
+    "usa": lambda s, beta, keep, n: np.where(keep, np.exp(beta * s), 0.0),
+    "sigmoid": _sigmoid,
+    "relu": lambda s, beta, keep, n: np.where(keep, np.maximum(beta * s, 0.0) / n, 0.0),
+}
+AVERAGED = {"usa": True, "softmax": False, "relu": False, "sigmoid": False}
+
+
+def _entry(table, name, what):
+    if name not in table:
+        raise NotImplementedError(f"reference: {what} {name!r} has no oracle here")
+    return table[name]
+
 
 def allowed(n, mask):
     """(n, n) booleans: which j token i attends to."""
-    if mask == "none":
-        return np.ones((n, n), dtype=bool)
-    if mask == "causal":
-        return np.tril(np.ones((n, n), dtype=bool))
-    raise NotImplementedError(f"reference: mask {mask!r} has no oracle here")
+    return _entry(MASK_RULES, mask, "mask")(n)
 
 
 def head_outputs(x, score_matrices, beta, attention, values=None, mask="none"):
     """List of (weights, f^h) per head for one configuration x (n, d)."""
     n = x.shape[0]
     keep = allowed(n, mask)
+    weights = _entry(WEIGHTS, attention, "attention")
     out = []
     for h, m in enumerate(score_matrices):
         v = m if values is None else values[h]
         s = x @ m @ x.T
-        if attention == "softmax":
-            z = np.where(keep, beta * s, -np.inf)
-            w = np.exp(z - np.max(z, axis=1, keepdims=True))
-            w = w / w.sum(axis=1, keepdims=True)
-        elif attention == "usa":
-            w = np.where(keep, np.exp(beta * s), 0.0)
-        elif attention == "sigmoid":
-            with np.errstate(over="ignore"):  # exp(+large) = inf: the weight's limit 1 / inf = 0, exactly
-                w = np.where(keep, 1.0 / (1.0 + np.exp(-(beta * s - np.log(n)))), 0.0)
-        elif attention == "relu":
-            w = np.where(keep, np.maximum(beta * s, 0.0) / n, 0.0)
-        else:
-            raise NotImplementedError(f"reference: attention {attention!r} has no oracle here")
+        w = weights(s, beta, keep, n)
         out.append((w, w @ (x @ v.T)))
     return out
 
@@ -44,7 +64,7 @@ def velocity(x, score_matrices, beta, attention, spherical=True, values=None, ma
     n = x.shape[0]
     v = sum(f for _, f in head_outputs(x, score_matrices, beta, attention, values, mask))
     # docs/model.md: usa averages the head outputs, the others add them (head_outputs refuses others)
-    if {"usa": True, "softmax": False, "relu": False, "sigmoid": False}[attention]:
+    if AVERAGED[attention]:
         v = v / n
     if spherical:
         v = v - np.sum(v * x, axis=1, keepdims=True) * x

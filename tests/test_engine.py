@@ -8,6 +8,7 @@ from reference import random_sphere, random_symmetric, velocity
 from scipy.integrate import solve_ivp
 
 from attnflow import Cell, simulate, theory
+from attnflow.contract import ClusterEvent, Controller, Heads, Problem, SaveAt
 from attnflow.engine import observe, solve
 from attnflow.engine.expo import exp_inplace
 from attnflow.engine.measure import Group
@@ -142,8 +143,8 @@ def fixed_step_convergence(tableau=DOPRI5):
     t = np.array([0.0, 2.0])
     ref = _reference(x0, m, beta, "softmax", t, spherical=False, rtol=1e-13)[-1]
     steps = np.array([0.2, 0.1, 0.05, 0.025])
-    runs = [solve(x0[None], m[None], attention="softmax", beta=beta, spherical=False, t_eval=t, rtol=1,
-                  atol=1, max_steps=10_000, fixed_step=h, groups=("positions",), tableau=tableau)
+    problem = Problem(x0[None], Heads(m[None]), "softmax", beta, spherical=False)
+    runs = [solve(problem, Controller(1, 1, 10_000, fixed_step=h), SaveAt(t, ("positions",)), tableau=tableau)
             for h in steps]
     errors = [np.max(np.abs(r.variables["x"][0, -1] - ref)) for r in runs]
     return np.polyfit(np.log(steps), np.log(errors), 1)[0], runs
@@ -218,8 +219,8 @@ def test_dense_output_samples_match_the_reference_between_steps():
     m = random_symmetric(rng, H, d)
     x0 = random_sphere(rng, n, d)
     t = np.linspace(0, 4, 401)
-    r = solve(x0[None], m[None], attention="softmax", beta=beta, spherical=True, t_eval=t, rtol=1e-10,
-              atol=1e-12, max_steps=10_000, groups=("positions",))
+    r = solve(Problem(x0[None], Heads(m[None]), "softmax", beta), Controller(1e-10, 1e-12, 10_000),
+              SaveAt(t, ("positions",)))
     assert r.n_steps[0] < 200
     np.testing.assert_allclose(r.variables["x"][0], _reference(x0, m, beta, "softmax", t), atol=1e-7)
 
@@ -477,8 +478,12 @@ def test_batch_inputs_of_the_wrong_shape_are_refused_naming_the_argument():
     x0 = rng.standard_normal((2, 3, 4))
     x0 /= np.linalg.norm(x0, axis=2, keepdims=True)
     M = np.broadcast_to(np.eye(4), (1, 2, 4, 4)).copy()
-    kw = dict(attention="softmax", beta=1.0, spherical=True, t_eval=np.linspace(0, 1, 5), rtol=1e-6,
-              atol=1e-9, max_steps=1000)
+
+    def run(x0=x0, score_matrices=M, diagonal=None, factors=None, values=None, beta=1.0, rtol=1e-6,
+            cluster_metric="epsilon"):
+        return solve(Problem(x0, Heads(score_matrices, diagonal, factors, values), "softmax", beta),
+                     Controller(rtol, 1e-9, 1000), SaveAt(np.linspace(0, 1, 5)), ClusterEvent(cluster_metric))
+
     cases = [
         (dict(x0=x0[0]), r"^x0: shape \(3, 4\), expected \(B, n, d\)"),
         (dict(score_matrices=np.ones((1, 2, 5, 5))), r"^score_matrices: shape \(1, 2, 5, 5\)"),
@@ -493,8 +498,7 @@ def test_batch_inputs_of_the_wrong_shape_are_refused_naming_the_argument():
         (dict(cluster_metric="bogus"), r"^cluster_metric: 'bogus', expected one of epsilon, gamma_mean"),
     ]
     for edits, match in cases:
-        args = {"x0": x0, "score_matrices": M, **kw, **edits}
         with pytest.raises(ValueError, match=match):
-            solve(args.pop("x0"), args.pop("score_matrices"), **args)
+            run(**edits)
     with pytest.raises(ValueError, match=r"^x: shape \(3, 4\)"):
         observe(x0[0], M, attention="softmax", beta=1.0)

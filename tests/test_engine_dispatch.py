@@ -15,9 +15,11 @@ from reference import random_sphere, random_symmetric
 
 import attnflow.engine as engine
 from attnflow.attention import MASKS, Energy, Entropy, Mask, MaskRule, Weights
-from attnflow.engine import check_mask, observe, solve
+from attnflow.contract import ClusterEvent, Controller, Heads, Problem, SaveAt, check_attention, check_mask
+from attnflow.engine import observe, solve
 from attnflow.engine.measure import Metric
 from attnflow.heads import Form
+from attnflow.observables import CLUSTER_METRICS
 
 T_EVAL = np.array([0.0, 0.5, 1.0])
 ENUMS = {enum.__name__: enum for enum in (Weights, Energy, Entropy, MaskRule, Metric, Form)}
@@ -31,11 +33,11 @@ def test_a_mask_declared_without_its_kernel_is_refused_by_name(rng):
     for rule in (False, 7):  # a bool where the rule goes, and a rule the engine has no branch for
         window = Mask("window", rule, "token i attends to tokens i-2..i")
         with pytest.raises(NotImplementedError, match=rf"mask 'window' declares \w+ rule {rule!r}, which has "
-                                                      "no compiled branch"):
-            check_mask(window)
+                                                      "no kernel in engine 'numba'"):
+            check_mask("numba", engine.KERNELS, window)
         with pytest.raises(NotImplementedError, match="mask 'window'"):
-            solve(x, m, attention="softmax", mask=window, beta=1.0, spherical=True, t_eval=T_EVAL, rtol=1e-6,
-                  atol=1e-9, max_steps=100)
+            solve(Problem(x, Heads(m), "softmax", 1.0, mask=window), Controller(1e-6, 1e-9, 100),
+                  SaveAt(T_EVAL))
         with pytest.raises(NotImplementedError, match="mask 'window'"):
             observe(x, m, attention="softmax", mask=window, beta=1.0)
 
@@ -47,14 +49,14 @@ def test_registering_a_mask_without_its_kernel_fails_at_import():
             "import attnflow.engine\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode != 0
-    assert "mask 'window' declares bool rule False, which has no compiled branch" in run.stderr
+    assert "mask 'window' declares bool rule False, which has no kernel in engine 'numba'" in run.stderr
 
 
 def test_an_attention_rule_given_as_a_bool_is_refused():
     # True == Weights.EXP == 1: a bool must not pass for the member of the same value.
     softmax = engine.ATTENTIONS.get("softmax")
     with pytest.raises(NotImplementedError, match="attention 'mystery' declares bool rule True"):
-        engine.check_compiled(dataclasses.replace(softmax, name="mystery", weights=True))
+        check_attention("numba", engine.KERNELS, dataclasses.replace(softmax, name="mystery", weights=True))
 
 
 def test_the_declared_masks_run_as_their_own_rule(rng):
@@ -92,27 +94,26 @@ def test_a_metric_without_a_branch_never_meets_its_threshold(monkeypatch, rng):
     # holds (the criterion's dispatch has no default that would read it as another metric).
     x = random_sphere(rng, 4, 3)[None]
     m = random_symmetric(rng, 1, 3)[None]
-    args = dict(attention="softmax", beta=1.0, spherical=True, t_eval=T_EVAL, rtol=1e-6, atol=1e-9,
-                max_steps=1000, cluster_threshold=1.99)
-    assert solve(x, m, **args).t_cluster[0] == 0.0
+    args = (Problem(x, Heads(m), "softmax", 1.0), Controller(1e-6, 1e-9, 1000), SaveAt(T_EVAL),
+            ClusterEvent("epsilon", 1.99))
+    assert solve(*args).t_cluster[0] == 0.0
     monkeypatch.setitem(engine.METRICS, "epsilon", 99)
-    assert np.isnan(solve(x, m, **args).t_cluster[0])
+    assert np.isnan(solve(*args).t_cluster[0])
 
 
 def test_the_criterion_text_is_declared_for_every_metric():
-    assert engine.criterion_text("epsilon", 1e-3) == "epsilon <= 0.001"
-    assert engine.criterion_text("gamma_mean", 0.9) == "gamma_mean >= 0.9"
-    with pytest.raises(ValueError, match="cluster_metric: 'median'"):
-        engine.criterion_text("median", 0.5)
+    assert CLUSTER_METRICS.get("epsilon").text(1e-3) == "epsilon <= 0.001"
+    assert CLUSTER_METRICS.get("gamma_mean").text(0.9) == "gamma_mean >= 0.9"
+    with pytest.raises(ValueError, match="cluster_metric: 'median', expected one of epsilon, gamma_mean"):
+        ClusterEvent("median", 0.5)
 
 
-@pytest.mark.parametrize("table", ["COMPILED_MASKS", "COMPARISONS"])
-def test_a_mask_rule_or_comparison_missing_from_the_compiled_tables_is_refused(monkeypatch, table):
-    member = {"COMPILED_MASKS": MaskRule.CAUSAL, "COMPARISONS": Metric.GAMMA_MEAN}[table]
-    kept = getattr(engine, table)
-    monkeypatch.setattr(engine, table, {k: None for k in kept if k != member})
-    with pytest.raises(NotImplementedError, match=rf"\['{member.name}'\] has no compiled branch"):
-        engine._check_enums()
+@pytest.mark.parametrize("kind, member", [("mask rule", MaskRule.CAUSAL), ("observable group", "energy")])
+def test_a_mask_rule_or_group_missing_from_the_compiled_tables_is_refused(monkeypatch, kind, member):
+    monkeypatch.delitem(engine.KERNELS[kind], member)
+    label = repr(getattr(member, "name", member))
+    with pytest.raises(NotImplementedError, match=f"engine 'numba' has no {kind} kernel for {label}"):
+        engine.check_declarations()
 
 
 # --- no default branch, read from the sources ------------------------------------------------------
@@ -192,10 +193,15 @@ def _complete(members) -> bool:
     return all({m.name for m in ENUMS[e]} <= {m for f, m in members if f == e} for e, _ in members)
 
 
-def test_no_compiled_dispatch_has_a_default_branch():
-    engine_dir = Path(engine.__file__).parent
+def test_no_compiled_jax_or_python_side_dispatch_has_a_default_branch():
+    # The numba engine, the JAX engine, the contract and simulate, and the test oracle
+    # (tests/test_contract.py checks their dispatch tables' keys against the declarations).
+    package = Path(engine.__file__).parents[1]
+    paths = [*sorted((package / "engine").rglob("*.py")), *sorted((package / "jaxengine").glob("*.py")),
+             package / "contract.py", package / "simulation.py", package / "engines.py",
+             Path(__file__).with_name("reference.py")]
     problems = []
-    for path in sorted(engine_dir.glob("*.py")):
+    for path in paths:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):  # a conditional expression over a declaration is a two-way default
             if isinstance(node, ast.IfExp) and _members(node.test):

@@ -42,11 +42,13 @@ def test_head_forms_are_one_set():
     for structure in HEADS:
         assert isinstance(structure.form, Form), f"{structure.name}.form = {structure.form!r} is not a Form"
         assert (structure.rank is not None) == (structure.form == Form.FACTORED), structure.name
-    # Each form's array is a HeadMatrices attribute and a keyword of the engine's entry points.
+    # Each form's array is a HeadMatrices attribute, a field of the engines' Heads and a keyword of observe.
+    from attnflow.contract import Heads
+
     attributes = {f.name for f in dataclasses.fields(HeadMatrices)}
     for form in Form:
         assert form.array in attributes
-        for entry in (engine.solve, engine.observe):
+        for entry in (Heads, engine.observe):
             assert form.array in inspect.signature(entry).parameters, (entry.__name__, form.array)
 
 

@@ -11,16 +11,16 @@ import pytest
 from reference import random_sphere
 
 from attnflow import Cell, simulate
+from attnflow.contract import Controller, Heads, Problem, SaveAt
 from attnflow.engine import solve
 
 GROUPS = ("cosines", "clusters", "velocity", "energy", "radial", "entropy", "positions")
 T_EVAL = np.linspace(0.0, 6.0, 13)
 
 
-def _solve(x0, diagonal, attention="softmax", **kw):
-    args = dict(diagonal=diagonal, attention=attention, beta=1.3, spherical=True, t_eval=T_EVAL,
-                rtol=1e-10, atol=1e-13, max_steps=100_000, groups=GROUPS)
-    return solve(x0, **{**args, **kw})
+def _solve(x0, diagonal, attention="softmax", mask="none", spherical=True, values=None, in_span=True):
+    return solve(Problem(x0, Heads(diagonal=diagonal, values=values), attention, 1.3, spherical, mask),
+                 Controller(1e-10, 1e-13, 100_000), SaveAt(T_EVAL, GROUPS), in_span=in_span)
 
 
 def _scalar_heads(d, strengths=(1.0, 0.4)):

@@ -20,9 +20,10 @@ from reference import (
 )
 from scipy.integrate import solve_ivp
 
-from attnflow import Cell, simulate
+from attnflow import Cell, engine, simulate
 from attnflow.attention import ATTENTIONS
-from attnflow.engine import check_compiled, observe, solve
+from attnflow.contract import Controller, Heads, Problem, SaveAt, check_attention
+from attnflow.engine import observe, solve
 from attnflow.tableau import DOPRI5, ButcherTableau
 
 ATTENTION_TYPES = ATTENTIONS.names()
@@ -164,10 +165,10 @@ def test_a_declaration_without_its_compiled_branch_is_refused_by_name(rng):
     for rule in ("weights", "energy", "entropy"):
         mystery = dataclasses.replace(ATTENTIONS.get("softmax"), name="mystery", **{rule: 99})
         with pytest.raises(NotImplementedError, match="attention 'mystery' declares .* rule 99"):
-            check_compiled(mystery)
+            check_attention("numba", engine.KERNELS, mystery)
         with pytest.raises(NotImplementedError, match="'mystery'"):
-            solve(x, m, attention=mystery, beta=1.0, spherical=True, t_eval=np.array([0.0, 1.0]), rtol=1e-6,
-                  atol=1e-9, max_steps=100)
+            solve(Problem(x, Heads(m), mystery, 1.0), Controller(1e-6, 1e-9, 100),
+                  SaveAt(np.array([0.0, 1.0])))
 
 
 def test_registering_a_declaration_without_its_kernel_fails_at_import():
@@ -180,19 +181,18 @@ def test_registering_a_declaration_without_its_kernel_fails_at_import():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode != 0
-    assert "attention 'tanh' declares" in run.stderr and "no compiled branch" in run.stderr
+    assert "attention 'tanh' declares int rule 7, which has no kernel in engine 'numba'" in run.stderr
 
 
-@pytest.mark.parametrize("enum, member", [("Form", "DENSE"), ("Metric", "GAMMA_MEAN")])
-def test_a_head_form_or_metric_without_its_compiled_branch_is_refused(monkeypatch, enum, member):
+@pytest.mark.parametrize("kind, member", [("head form", "DENSE"), ("clustering metric", "GAMMA_MEAN")])
+def test_a_head_form_or_metric_without_its_compiled_branch_is_refused(monkeypatch, kind, member):
     # The compiled head_rows and criterion_value have no default branch either: the check the
-    # engine runs at import refuses a member whose branch is not listed as compiled.
-    import attnflow.engine as engine
-
-    table = {"Form": "COMPILED_FORMS", "Metric": "COMPILED_METRICS"}[enum]
+    # engine runs at import refuses a code whose branch is not listed as compiled.
+    table = {"head form": "COMPILED_FORMS", "clustering metric": "COMPILED_METRICS"}[kind]
     monkeypatch.setattr(engine, table, frozenset(x for x in getattr(engine, table) if x.name != member))
-    with pytest.raises(NotImplementedError, match=rf"engine {enum} \['{member}'\] has no compiled branch"):
-        engine._check_enums()
+    with pytest.raises(NotImplementedError, match=rf"engine 'numba': {kind} \['{member}'\] has no compiled "
+                                                  "branch"):
+        engine.check_declarations()
 
 
 def test_borrowed_views_share_the_data_and_carry_no_owner():
@@ -246,8 +246,9 @@ def test_a_tableau_without_fsal_integrates_correctly():
     x0 = random_sphere(rng, n, d)
     t = np.array([0.0, 2.0])
     # Adaptive: the same end point as Dormand-Prince at the same tolerance, to its budget.
-    ends = [solve(x0[None], m[None], attention="softmax", beta=beta, spherical=True, t_eval=t, rtol=1e-10,
-                  atol=1e-12, max_steps=10_000, groups=("positions",), tableau=tab).variables["x"][0, -1]
+    problem = Problem(x0[None], Heads(m[None]), "softmax", beta)
+    ends = [solve(problem, Controller(1e-10, 1e-12, 10_000), SaveAt(t, ("positions",)),
+                  tableau=tab).variables["x"][0, -1]
             for tab in (CASH_KARP, DOPRI5)]
     np.testing.assert_allclose(ends[0], ends[1], rtol=0, atol=1e-8)
 
@@ -298,13 +299,10 @@ def test_usa_too_stiff_to_start_fails_its_seeds_by_name():
     assert "step size underflow" in ds.attrs["seed_failures"]
 
 
-def test_t_eval_must_be_increasing_with_two_times(rng):
-    x = random_sphere(rng, 4, 3)[None]
-    m = random_symmetric(rng, 1, 3)[None]
+def test_the_sample_times_must_be_increasing_with_two_times():
     for t in (np.array([0.0]), np.array([0.0, 1.0, 1.0])):
-        with pytest.raises(ValueError, match="t_eval"):
-            solve(x, m, attention="softmax", beta=1.0, spherical=True, t_eval=t, rtol=1e-6, atol=1e-9,
-                  max_steps=100)
+        with pytest.raises(ValueError, match="^SaveAt.times: needs at least two strictly increasing"):
+            SaveAt(t)
 
 
 @pytest.mark.parametrize("attention", ["relu", "usa", "sigmoid"])

@@ -10,13 +10,14 @@ A declaration says everything the rest of attnflow needs from a type:
 - the cost model: how its step count grows with ``s = beta ||M_h||``;
 - the accuracy certificate: whether its field is smooth (``smooth``).
 
-Each rule is an enum whose members the engine implements, one branch each;
-``attnflow.engine.check_compiled`` refuses a declaration whose rule has no
-branch, by name, at import and at every ``solve`` (there is no default
+Each rule is an enum whose members every engine implements, one kernel each
+(``attnflow.contract``): an engine refuses a declaration whose rule has no
+kernel there, by name, at import and at every ``solve`` (there is no default
 branch to fall into). Adding a type is one entry here plus, for a new rule,
-its member and its branch in ``engine/field.py`` (and ``engine/measure.py``
-for a new energy or entropy). Masks are declared the same way: each names its
-``MaskRule``, and ``attnflow.engine.check_mask`` refuses one without a branch.
+its member and its kernel in each engine (the numba engine's branch in
+``engine/field.py``, or ``engine/measure.py`` for a new energy or entropy; the
+JAX engine's table entry in ``jaxengine/``). Masks are declared the same way:
+each names its ``MaskRule``, refused by an engine without its kernel.
 """
 
 from __future__ import annotations

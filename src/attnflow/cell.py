@@ -21,15 +21,13 @@ from numbers import Integral, Real
 
 from .attention import ATTENTIONS, MASKS
 from .heads import HEADS
-from .observables import DEFAULT_GROUPS, GROUPS, canonical_groups
+from .observables import CLUSTER_METRICS, DEFAULT_GROUPS, GROUPS, canonical_groups
 from .strengths import STRENGTHS
 from .tokens import INITS
 
 GEOMETRIES = {"sphere": "tokens on the unit sphere: dx_i/dt = P_{x_i}(v_i)",
               "flat": "flat space: dx_i/dt = v_i (only to contrast with the sphere)"}
 _SPHERICAL = {"sphere": True, "flat": False}  # one entry per geometry, no default
-CLUSTER_METRICS = {"epsilon": "epsilon = 1 - gamma_min <= cluster_threshold (every pair within)",
-                   "gamma_mean": "mean pairwise cosine gamma_mean >= cluster_threshold"}
 
 # exp(beta * s) must stay finite for every observable (energies use it for all
 # attention types) and summed over n^2 pairs: exp(600) * 1e8 < float64 max.
@@ -38,7 +36,7 @@ MAX_EXPONENT = 600.0
 LOG_DECADES = 6
 SAMPLE_SPACINGS = ("linear", "log")
 # Which engine integrates the cell: the compiled numba engine on the CPU cores, the JAX engine
-# (attnflow.jaxengine, on diffrax; an accelerator where jax sees one), or auto (``simulation.engine_for``).
+# (attnflow.jaxengine, on diffrax; an accelerator where jax sees one), or auto (``engines.engine_for``).
 ENGINES = ("numba", "jax", "auto")
 # Below this, the error control asks for more than float64 can deliver.
 MIN_RTOL = 1e-14
@@ -145,10 +143,11 @@ class Cell:
             _fail("spread", self.spread, "must lie in [0, 1) so every lambda_h stays positive")
         if not MIN_RTOL <= self.rtol < 1.0:
             _fail("rtol", self.rtol, f"must lie in [{MIN_RTOL:g}, 1): float64 cannot resolve less")
-        if self.cluster_metric == "epsilon" and not 0.0 < self.cluster_threshold < 2.0:
-            _fail("cluster_threshold", self.cluster_threshold, "epsilon = 1 - gamma_min lies in (0, 2)")
-        if self.cluster_metric == "gamma_mean" and not -1.0 < self.cluster_threshold < 1.0:
-            _fail("cluster_threshold", self.cluster_threshold, "gamma_mean lies in (-1, 1)")
+        metric = CLUSTER_METRICS.get(self.cluster_metric)
+        low, high = metric.bounds
+        if not low < self.cluster_threshold < high:
+            _fail("cluster_threshold", self.cluster_threshold,
+                  f"{metric.quantity} lies in ({low:g}, {high:g})")
         if not 0.0 < self.cluster_eps < 2.0:
             _fail("cluster_eps", self.cluster_eps, "must lie in (0, 2)")
         for declaration in (HEADS.get(self.heads), INITS.get(self.init)):

@@ -1,7 +1,7 @@
 """Which engine integrates a cell (``Cell.engine``): the numba engine or the JAX engine.
 
-Both implement one contract, ``attnflow.engine.solve``'s arguments and ``EngineResult``.
-``auto`` sends a cell to the JAX engine where jax sees a GPU and the cost model
+Both implement one contract (``attnflow.contract``): ``solve(problem, controller, saveat, event)``
+returning an ``EngineResult``. ``auto`` sends a cell to the JAX engine where jax sees a GPU and the cost model
 (``resources.cell_seconds``, the numba engine's expected time) calls it large,
 else to the numba engine.
 """

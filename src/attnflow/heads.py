@@ -43,7 +43,7 @@ class Form(IntEnum):
 
     @property
     def array(self) -> str:
-        """The ``HeadMatrices`` attribute (and ``engine.solve`` keyword) that carries this form."""
+        """The ``HeadMatrices`` attribute (and ``contract.Heads`` field) that carries this form."""
         return _FORM_ARRAYS[self]
 
 

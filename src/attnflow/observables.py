@@ -103,6 +103,31 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
     ), False, False, "the token positions themselves"),
 ])
 
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterMetric:
+    """A clustering criterion (``Cell.cluster_metric``): ``quantity comparison threshold`` holds from the
+    first time ``t_cluster`` on. Each engine implements each metric (``attnflow.contract``)."""
+
+    name: str
+    quantity: str  # what is compared, in words
+    comparison: str  # "<=" or ">=": how the quantity meets its threshold
+    bounds: tuple[float, float]  # the open interval the quantity, hence a useful threshold, lies in
+    description: str
+
+    def text(self, threshold: float) -> str:
+        """The criterion in words, as ``epsilon <= 0.001``."""
+        return f"{self.name} {self.comparison} {threshold:g}"
+
+
+CLUSTER_METRICS: Registry[ClusterMetric] = Registry("cluster_metric", [
+    ClusterMetric("epsilon", "epsilon = 1 - gamma_min", "<=", (0.0, 2.0),
+                  "epsilon = 1 - gamma_min <= cluster_threshold (every pair within)"),
+    ClusterMetric("gamma_mean", "gamma_mean", ">=", (-1.0, 1.0),
+                  "mean pairwise cosine gamma_mean >= cluster_threshold"),
+])
+
 DEFAULT_GROUPS = ("cosines", "clusters", "velocity", "energy", "radial", "entropy")
 
 

@@ -10,11 +10,11 @@ import xarray as xr
 from . import __version__
 from .attention import ATTENTIONS
 from .cell import INT64_MAX, MAX_EXPONENT, MIN_RTOL, Cell
-from .engine import IntegrationError, criterion_text, failure_reason
+from .contract import ClusterEvent, Controller, Heads, IntegrationError, Problem, SaveAt, failure_reason
 from .engines import engine_for, solver_for
 from .heads import Form, head_matrices
 from .metadata import COORDINATES
-from .observables import variables
+from .observables import CLUSTER_METRICS, variables
 from .resources import oversized
 from .tokens import initial_tokens, unit_rows
 from .units import FLOW_TIME, TIME_UNITS
@@ -55,6 +55,19 @@ _CERTIFICATE_STEP_FACTOR = 4
 # the spelling stores have always carried, kept so stores stay alike; the one place `scores`
 # names the score matrices (docs/model.md, "Names").
 _ALIGNED_VALUES_SOURCE = "scores"
+
+
+# What a store keeps of the score matrices, by form: (variable, its trailing dims, attrs), or None where the
+# store keeps none (factored: trained heads are not copied into every store; the attrs name the weights
+# file and its digest).
+_STORED_HEADS = {
+    Form.DENSE: ("score_matrix", ("dim", "dim_col"),
+                 {"units": "1", "long_name": "score matrix", "description": "score matrix M_h used"}),
+    Form.DIAGONAL: ("score_diagonal", ("dim",),
+                    {"units": "1", "long_name": "score matrix diagonal",
+                     "description": "diagonal of the (diagonal) score matrix M_h used"}),
+    Form.FACTORED: None,
+}
 
 
 class SimulationError(RuntimeError):
@@ -134,7 +147,6 @@ def simulate(
         discarded = None
         form, stacked = Form.DENSE, _check_score_matrices(cell, score_matrices)[None]
         lambdas = np.broadcast_to(np.linalg.norm(stacked, ord=2, axis=(-2, -1)), (n_seeds, H))
-    given = {form.array: stacked}  # the engine's keyword for the form
     if value_matrices is not None:
         values = _check_matrices("value_matrices", value_matrices, (H, d, d))[None]
     if x0 is None:
@@ -143,14 +155,16 @@ def simulate(
         x_init = _check_x0(cell, x0)
 
     times = cell.sample_times()
-    result = _integrate(cell, x_init, given, values, times, cell.rtol, cell.atol, cell.max_steps,
-                        strict=False)
+    # The heads in the form's field of ``Heads`` (``Form.array``).
+    problem = Problem(x_init, Heads(**{form.array: stacked}, values=values), cell.attention, cell.beta,
+                      cell.spherical, cell.mask)
+    result = _integrate(cell, problem, times, Controller(cell.rtol, cell.atol, cell.max_steps), strict=False)
     recorded = result.variables
     failure, t_failed, reasons = _seed_failures(cell, result, times)
     failed = failure != SeedFailure.OK
     # A failed seed has nothing to certify: the certificate covers the seeds that succeeded.
     certificate, certificate_per_seed = ({}, {}) if not certify else \
-        _certificate(cell, result, x_init, given, values, times, skip=failed)
+        _certificate(cell, result, problem, times, skip=failed)
     if failed.all():  # nothing to certify: the cell carries no certificate (its per-seed one is NaN)
         certificate = {}
 
@@ -158,7 +172,7 @@ def simulate(
     attention = ATTENTIONS.get(cell.attention)
     for var in variables(cell.observables):
         data_vars[var.name] = (("seed", "time") + var.dims, recorded[var.name], var.attrs(attention))
-    criterion = criterion_text(cell.cluster_metric, cell.cluster_threshold)
+    criterion = CLUSTER_METRICS.get(cell.cluster_metric).text(cell.cluster_threshold)
     data_vars["t_cluster"] = ("seed", result.t_cluster, {
         "units": TIME_UNITS, "long_name": "clustering time",
         "description": f"first time {criterion} holds, in {FLOW_TIME}, located by bisection on the "
@@ -196,16 +210,11 @@ def simulate(
         "units": "1", "long_name": "head strength",
         "description": "head strength lambda_h (operator norm for explicit heads)",
     })
-    # The score matrices themselves: per seed where they are drawn, once where they are not; the
-    # factored form (trained heads) is not copied into every store (the attrs name the weights file
-    # and its digest).
-    if form == Form.DENSE:
-        data_vars["score_matrix"] = (*_per_head(stacked, ("dim", "dim_col")), {
-            "units": "1", "long_name": "score matrix", "description": "score matrix M_h used"})
-    elif form == Form.DIAGONAL:
-        data_vars["score_diagonal"] = (*_per_head(stacked, ("dim",)), {
-            "units": "1", "long_name": "score matrix diagonal",
-            "description": "diagonal of the (diagonal) score matrix M_h used"})
+    # The score matrices themselves: per seed where they are drawn, once where they are not.
+    stored_heads = _STORED_HEADS[form]
+    if stored_heads is not None:
+        name, trailing, attrs = stored_heads
+        data_vars[name] = (*_per_head(stacked, trailing), attrs)
     if discarded is not None:
         data_vars["antisymmetric_share"] = ("head", discarded, {
             "units": "1", "long_name": "discarded antisymmetric share",
@@ -228,7 +237,7 @@ def simulate(
         "values_source": "explicit" if value_matrices is not None else (
             "heads" if values is not None else _ALIGNED_VALUES_SOURCE),
         "solver": "Dormand-Prince 5(4), per-trajectory error control, retraction onto the sphere",
-        "solver_engine": engine_for(cell),  # the engine that ran (Cell.engine may say auto)
+        "engine": engine_for(cell),  # the engine that ran: numba or jax (Cell.engine may say auto)
         "solver_heads_form": result.form,
         "solver_rhs_calls": int(result.n_rhs_calls.sum()),
         "solver_max_retraction": float(result.max_retraction.max()),
@@ -243,17 +252,13 @@ def simulate(
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
-def _integrate(cell, x_init, given, values, times, rtol, atol, max_steps, strict=True):
-    """The engine on a cell's flow, score matrices (``given``: the form's keyword -> its arrays) and
-    criterion: the one spelling of the call (the certificate's rerun differs in the tolerances, the
-    step budget and the seeds alone). ``strict``: a trajectory that fails raises ``IntegrationError``;
-    else it comes back with its ``status``."""
-    return solver_for(cell)(
-        x_init, **given, attention=cell.attention, beta=cell.beta, spherical=cell.spherical, mask=cell.mask,
-        t_eval=times, rtol=rtol, atol=atol, max_steps=max_steps, values=values, groups=cell.observables,
-        cluster_metric=cell.cluster_metric, cluster_threshold=cell.cluster_threshold,
-        cluster_eps=cell.cluster_eps, stop_at_cluster=cell.stop_at_cluster, strict=strict,
-    )
+def _integrate(cell, problem: Problem, times, controller: Controller, strict=True):
+    """The cell's engine on ``problem`` with the cell's samples and criterion: the one spelling of the
+    call (the certificate's rerun differs in the controller and the seeds alone). ``strict``: a
+    trajectory that fails raises ``IntegrationError``; else it comes back with its ``status``."""
+    return solver_for(cell)(problem, controller, SaveAt(times, cell.observables, cell.cluster_eps),
+                            ClusterEvent(cell.cluster_metric, cell.cluster_threshold, cell.stop_at_cluster),
+                            strict=strict)
 
 
 class SeedFailure(IntEnum):
@@ -326,7 +331,7 @@ def _failure_summary(cell, failure, reasons) -> str:
     return f"{failed.size} of {cell.n_seeds} seeds failed: " + "; ".join(parts)
 
 
-def _certificate(cell, result, x_init, given, values, times, skip=None) -> tuple[dict, dict]:
+def _certificate(cell, result, problem: Problem, times, skip=None) -> tuple[dict, dict]:
     """The accuracy certificate of every seed (see ``simulate`` and the constants above).
 
     Returns the store's attrs and its per-seed variable ``certificate_error``. Seeds in ``skip`` (a
@@ -364,8 +369,7 @@ def _certificate(cell, result, x_init, given, values, times, skip=None) -> tuple
         return {**out, "certificate_error": float("inf"),
                 "certificate_variable": f"rtol {cell.rtol:g}: no tighter run above {MIN_RTOL:g}"}, per_seed
     try:
-        companion = _integrate(cell, x_init[seeds], _seeds_of(given, seeds), _seeds_of(values, seeds), times,
-                               rtol, atol, max_steps)
+        companion = _integrate(cell, problem.rows(seeds), times, Controller(rtol, atol, max_steps))
     except IntegrationError as err:
         errors[seeds] = np.inf
         return {**out, "certificate_error": float("inf"),
@@ -383,18 +387,6 @@ def _certificate(cell, result, x_init, given, values, times, skip=None) -> tuple
     return {**out, "certificate_error": float(errors[seeds][worst]),
             "certificate_variable": names[int(np.argmax(deviations[:, worst]))],
             "certificate_seed": int(cell.seeds[seeds[worst]])}, per_seed
-
-
-def _seeds_of(arrays, seeds):
-    """The rows ``seeds`` of per-seed arrays (leading axis > 1), a pair's members each, shared ones as they
-    are: ``given`` (the form's keyword -> its arrays) or ``values``."""
-    if arrays is None:
-        return None
-    if isinstance(arrays, dict):
-        return {key: _seeds_of(arr, seeds) for key, arr in arrays.items()}
-    if isinstance(arrays, tuple):
-        return tuple(_seeds_of(a, seeds) for a in arrays)
-    return arrays[seeds] if arrays.shape[0] > 1 else arrays
 
 
 def _has_samples(recorded) -> np.ndarray:

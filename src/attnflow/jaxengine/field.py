@@ -17,7 +17,7 @@ from ..attention import MaskRule, Weights
 from ..heads import Form
 
 
-class Heads(NamedTuple):
+class TrajectoryHeads(NamedTuple):
     """One trajectory's heads in one form; the arrays of the other forms are None.
 
     diagonal (H, d); dense (H, d, d) symmetric; u (H, d, r) and eig (H, r) with
@@ -100,8 +100,8 @@ WEIGHTS = {Weights.SOFTMAX: _softmax_weights, Weights.EXP: _exp_weights, Weights
            Weights.SIGMOID: _sigmoid_weights}
 
 
-def evaluate(x, heads: Heads, beta, *, form: Form, weights: Weights, mask: MaskRule, normalised: bool,
-             over_n: bool, spherical: bool) -> Parts:
+def evaluate(x, heads: TrajectoryHeads, beta, *, form: Form, weights: Weights, mask: MaskRule,
+             normalised: bool, over_n: bool, spherical: bool) -> Parts:
     """The field at ``x`` (n, d) and its parts; the rules are static (Python) values."""
     n = x.shape[0]
     rows = kernel(ROWS, form, "head form")(x, heads)

@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import optimistix as optx
 
 from ..attention import Energy, Entropy, MaskRule, Weights
-from ..engine.measure import Metric
 from ..heads import Form
-from .field import Heads, evaluate, kernel
+from .field import TrajectoryHeads, evaluate, kernel
 from .measure import METRIC_GAPS, measure
+from .tables import KERNELS  # noqa: F401  (every declaration has its kernel, or is refused by name)
 
 # Observables are measured for this many samples at once (vmapped over the batch): the rest of the
 # samples wait in a sequential map, so the scores of a large cell (H n^2 per trajectory) never
@@ -67,11 +67,11 @@ class Rules(NamedTuple):
     entropy: Entropy
     groups: tuple  # canonical observable groups
     needs_field: bool  # some group reads the field at the samples
-    metric: Metric
+    metric: str  # the clustering metric's name (observables.CLUSTER_METRICS)
     stop: bool
     max_steps: int
     fixed_step: float | None
-    head_axes: tuple  # per Heads array: 0 (one per trajectory) or None (shared, or absent)
+    head_axes: tuple  # per TrajectoryHeads array: 0 (one per trajectory) or None (shared, or absent)
 
 
 class _Retracted(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
@@ -185,7 +185,7 @@ def batch_solver(rules: Rules):
         parts = _field(rules, x, heads, beta) if rules.needs_field else None
         return measure(x, parts, beta, rules.groups, rules, level)
 
-    head_axes = Heads(*rules.head_axes)
+    head_axes = TrajectoryHeads(*rules.head_axes)
 
     def batch(x0, heads, beta, t_eval, tol):
         gap = functools.partial(metric_gap, threshold=tol.threshold)

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..attention import Energy, Entropy
-from ..engine.measure import Metric
 from .field import KEPT, kernel
 
 
@@ -166,7 +165,7 @@ def _gamma_mean_gap(x, threshold):
 
 # How far each clustering metric is from its threshold: the criterion holds where this is <= 0
 # (epsilon = 1 - gamma_min <= threshold; gamma_mean >= threshold).
-METRIC_GAPS = {Metric.EPSILON: _epsilon_gap, Metric.GAMMA_MEAN: _gamma_mean_gap}
+METRIC_GAPS = {"epsilon": _epsilon_gap, "gamma_mean": _gamma_mean_gap}
 
 
 def measure(x, parts, beta, groups, rules, level) -> dict:
