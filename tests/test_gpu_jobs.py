@@ -191,3 +191,26 @@ def test_without_jax_gpu_build_no_child_process_is_asked(monkeypatch):
         assert resources.gpu_visible_here() is False
     finally:
         resources.gpu_visible_here.cache_clear()
+
+
+def test_a_cluster_plan_takes_its_gpus_from_the_profile_or_the_command_line(tmp_path, monkeypatch):
+    # A login node sees no GPU: the profile's resources (or --gpus) say how many GPU jobs may run.
+    from attnflow.plan import profile_settings
+
+    monkeypatch.setattr(resources, "gpu_visible_here", lambda: pytest.fail("a GPU was looked for"))
+    (tmp_path / "config.yaml").write_text("executor: slurm\njobs: 50\nresources:\n  - gpu=4\n")
+    assert profile_settings(tmp_path)["gpus"] == 4
+    sweep = load_sweep(LARGE, results=tmp_path / "r")
+    on_gpus = plan(sweep, cores=2, cluster_jobs=50, declared=4)
+    assert any(j.gpu for j in _jobs(sweep, 4))
+    assert any("4 GPU jobs at a time" in note for note in on_gpus.notes), on_gpus.notes
+    # gpu=0: no job asks for one, and the auto cells stay on numba (the note says what they cost there)
+    assert not any(j.gpu for j in _jobs(sweep, 0))
+    assert any("would run on the JAX engine; the run is given none (gpu=0)" in note
+               for note in plan(sweep, cores=2, declared=0).notes)
+
+
+def _jobs(sweep, declared):
+    from attnflow.plan import jobs
+
+    return list(jobs(sweep, gpus=resources.jobs_get_gpus(declared), declared=declared).values())

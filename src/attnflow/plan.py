@@ -71,22 +71,25 @@ STATES = ("new", "done", "failed", "stale")
 MANY_JOBS = 10_000
 
 
-def cell_states(sweep: Sweep, checksums: bool = False, gpus: bool | None = None) -> dict[str, str]:
+def cell_states(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
+                declared: int | None = None) -> dict[str, str]:
     """Every cell id of the sweep -> new | done | failed | stale (the cheap check of every start, or
     every byte with ``checksums``; missing, interrupted or corrupt cells are new: the next run computes
-    them; ``gpus``: whether the jobs get a GPU, which decides the engine of ``auto`` cells)."""
+    them; ``gpus``, ``declared``: whether the jobs get a GPU and the ``--resources gpu`` given, which
+    decide the engine of ``auto`` cells)."""
     from .workflow import cell_states as states_of
 
     return {cid: state.status if state.status in ("done", "failed", "stale") else "new"
-            for cid, state in states_of(sweep, checksums, gpus).items()}
+            for cid, state in states_of(sweep, checksums, gpus, declared).items()}
 
 
-def jobs_get_gpus(sweep: Sweep) -> bool:
-    """Whether the sweep's jobs would get a GPU here (``resources.jobs_get_gpus``, asked only where a cell's
-    engine is auto: no other cell's engine depends on it)."""
+def jobs_get_gpus(sweep: Sweep, declared: int | None = None) -> bool:
+    """Whether the sweep's jobs would get a GPU (``resources.jobs_get_gpus``: as ``declared``, the
+    ``--resources gpu`` given, says, else where jax sees one here, asked only where a cell's engine is
+    auto: no other cell's engine depends on it)."""
     if any(c.engine == "auto" for cells in sweep.batches.values() for c in cells):
-        return resources.jobs_get_gpus(None)
-    return False
+        return resources.jobs_get_gpus(declared)
+    return bool(declared)
 
 
 @dataclasses.dataclass
@@ -149,21 +152,23 @@ def stiff_notes(sweep: Sweep, states: dict[str, str], threads: int = SIMULATE_TH
 
 
 def jobs(sweep: Sweep, states: dict[str, str] | None = None, threads: int = SIMULATE_THREADS,
-         gpus: bool = False) -> dict[str, Job]:
-    """Every simulate job; ``gpus``: whether the jobs get a GPU (``jobs_get_gpus``)."""
-    states = cell_states(sweep, gpus=gpus) if states is None else states
+         gpus: bool = False, declared: int | None = None) -> dict[str, Job]:
+    """Every simulate job; ``gpus``: whether the jobs get a GPU (``jobs_get_gpus``), ``declared``: the
+    ``--resources gpu`` given."""
+    states = cell_states(sweep, gpus=gpus, declared=declared) if states is None else states
     out = {}
     for name, cells in sweep.batches.items():
         todo = [c for c in cells if states[cell_id(c)] != "done"]
         runs = bool(todo) or not sweep.layout.manifest(name).exists()
-        gpu = resources.gpu_request(cells, gpus)
+        gpu = resources.gpu_request(cells, gpus, declared)
         expected = expected_seconds(todo, threads, bool(gpu and gpus))
         out[name] = Job(name, len(cells), len(todo), runs, expected,
                         resources.runtime_minutes(cells, gpu=gpu), resources.memory_mb(cells, gpu=gpu), gpu)
     return out
 
 
-def gpu_notes(sweep: Sweep, states: dict[str, str], gpus: bool, threads: int, cores: int) -> list[str]:
+def gpu_notes(sweep: Sweep, states: dict[str, str], gpus: bool, threads: int, cores: int,
+              gpu_slots: int = 1, declared: int | None = None) -> list[str]:
     """What the plan says of the JAX engine: the cells ``auto`` would send to a GPU this machine lacks
     (their cost here on numba, and the GPU to run them on), or the GPU time of those it sends to one."""
     todo = [c for cells in sweep.batches.values() for c in cells if states[cell_id(c)] != "done"]
@@ -172,14 +177,16 @@ def gpu_notes(sweep: Sweep, states: dict[str, str], gpus: bool, threads: int, co
     notes = []
     if would and not gpus:
         numba = expected_seconds(would, threads) - JOB_START_SECONDS
-        notes.append(f"{len(would)} cells would run on the JAX engine; no GPU is visible here: on numba this "
+        none = "no GPU is visible here" if declared is None else "the run is given none (gpu=0)"
+        notes.append(f"{len(would)} cells would run on the JAX engine; {none}: on numba this "
                      f"is {threads * numba / 3600:.3g} core-hours (~{_duration(numba * threads / cores)} on "
                      f"{cores} cores); run on a machine with a GPU (pip install 'attnflow[jax-cuda]'), where "
                      f"the cost model puts them at ~{gpu_minutes:.0f} min of one GPU (with compiling each "
                      "cell's shape), or on a cluster: snakemake --profile profiles/slurm --resources gpu=N")
     elif would:
-        notes.append(f"{len(would)} cells run on the JAX engine, one GPU job at a time on a machine: "
-                     f"~{gpu_minutes:.0f} min of GPU time (with compiling each cell's shape)")
+        at_once = "one GPU job at a time" if gpu_slots == 1 else f"{gpu_slots} GPU jobs at a time"
+        notes.append(f"{len(would)} cells run on the JAX engine, {at_once}: ~{gpu_minutes:.0f} min of GPU "
+                     "time (with compiling each cell's shape)")
     explicit = [c for c in todo if c.engine == "jax"]
     if explicit and not gpus:
         notes.append(f"{len(explicit)} cells ask for the JAX engine (engine: jax) and no GPU is visible "
@@ -238,17 +245,17 @@ def _summarise(selected: list[Job], states: list[str], slots: int, threads: int,
 
 
 def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: bool | None = None,
-         cluster_jobs: int | None = None, gpus: bool | None = None) -> Plan:
+         cluster_jobs: int | None = None, gpus: bool | None = None, declared: int | None = None) -> Plan:
     """The cost of running ``sweep`` from its current state on ``cores`` cores (``threads`` per simulate
     job; Snakemake runs ``cores // threads`` of them at a time, or ``cluster_jobs`` on a cluster, each
     on cores of its own; queueing not counted). ``compile``: whether the engine must be compiled first
-    (default: numba's cache is not found here). ``gpus``: whether the jobs get a GPU (default: where jax
-    sees one here, ``jobs_get_gpus``)."""
-    gpus = jobs_get_gpus(sweep) if gpus is None else gpus
-    states = cell_states(sweep, gpus=gpus)
-    all_jobs = jobs(sweep, states, threads, gpus)
+    (default: numba's cache is not found here). ``gpus``: whether the jobs get a GPU (default:
+    ``jobs_get_gpus``); ``declared``: GPU jobs at once, as ``snakemake --resources gpu=N`` (0: none)."""
+    gpus = jobs_get_gpus(sweep, declared) if gpus is None else gpus
+    states = cell_states(sweep, gpus=gpus, declared=declared)
+    all_jobs = jobs(sweep, states, threads, gpus, declared)
     slots = cluster_jobs or max(1, cores // threads)
-    gpu_slots = cluster_jobs or 1
+    gpu_slots = declared or cluster_jobs or 1
     compile_seconds = COMPILE_SECONDS if (not engine_cached() if compile is None else compile) else 0.0
     rows = {}
     for name in sweep.specs:
@@ -262,7 +269,8 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
     rebuilds = sum(1 for name in sweep.specs if rows[name]["rebuild"])
     rows["total"] = _summarise(list(all_jobs.values()), list(states.values()), slots, threads, rebuilds,
                                cores, compile_seconds, gpu_slots)
-    notes = stiff_notes(sweep, states, threads) + gpu_notes(sweep, states, gpus, threads, cores)
+    notes = stiff_notes(sweep, states, threads)
+    notes += gpu_notes(sweep, states, gpus, threads, cores, gpu_slots, declared)
     if compile_seconds:
         notes.append(f"numba's cache of the engine is not found here: {COMPILE_SECONDS:.0f} s to compile it "
                      "are counted once")
@@ -278,8 +286,8 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
 
 
 def profile_settings(profile: str | Path | None) -> dict:
-    """``cores``, ``jobs`` and the simulate rule's threads from a Snakemake profile directory (or its
-    config.yaml); empty without one."""
+    """``cores``, ``jobs``, the simulate rule's threads and ``gpus`` (its ``resources: [gpu=N]``) from a
+    Snakemake profile directory (or its config.yaml); empty without one."""
     import yaml
 
     if profile is None:
@@ -291,6 +299,9 @@ def profile_settings(profile: str | Path | None) -> dict:
     except OSError as err:
         raise FileNotFoundError(f"--profile {profile}: cannot read {path} ({err.strerror})") from None
     out = {}
+    gpus = _gpu_resource(config.get("resources"))
+    if gpus is not None:
+        out["gpus"] = gpus
     threads = (config.get("set-threads") or {}).get("simulate")
     if threads:
         out["threads"] = int(threads)
@@ -300,6 +311,19 @@ def profile_settings(profile: str | Path | None) -> dict:
     if config.get("executor") not in (None, "local") and config.get("jobs"):
         out["cluster_jobs"] = int(config["jobs"])  # a cluster: each job on cores of its own
     return out
+
+
+def _gpu_resource(resources_setting) -> int | None:
+    """``gpu=N`` of a profile's ``resources`` (a list of ``name=value`` or a mapping), or None."""
+    if isinstance(resources_setting, dict):
+        value = resources_setting.get("gpu")
+    else:
+        found = [str(r).split("=", 1)[1] for r in resources_setting or () if str(r).startswith("gpu=")]
+        value = found[-1] if found else None
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 def _duration(seconds: float) -> str:
