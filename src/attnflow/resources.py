@@ -10,11 +10,23 @@ work, at a throughput measured on the engine benchmark, plus start-up.
 Both are checked against measured peaks and runtimes of the largest cell of
 each shipped config (tests/test_resources.py); a retry asks for more
 (``attempt``).
+
+A job whose cells run on the JAX engine asks for one GPU (``gpu_request``):
+Snakemake's ``gpu`` resource, which ``--resources gpu=1`` caps on one machine
+and snakemake-executor-plugin-slurm turns into ``--gpus=1``. Which engine a
+cell takes in a job is ``job_engine``: ``engines.engine_for``'s rule, with the
+GPU the workflow gives its jobs instead of the one this process would see.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import math
+import os
+import re
+import subprocess
+import sys
 from collections import namedtuple
 from collections.abc import Iterable
 
@@ -28,6 +40,10 @@ from .observables import GROUPS, variables
 # Measured: peak RSS of a job simulating a tiny cell: 250 MB with the compiled
 # kernels cached, up to 700 MB when it compiles them (LLVM), as a fresh node does.
 BASELINE_MB = 800
+# A job given a GPU: jax, jaxlib, diffrax and the CUDA libraries loaded into the interpreter (peak RSS of a
+# small cell on the JAX engine's CPU build: 640 MB; the CUDA build maps its libraries too, not measured
+# here: the allowance is generous).
+GPU_BASELINE_MB = 3000
 # A job's peak over its largest cell's arrays other than the recorded variables (score matrices, the
 # engine's buffers, the initial tokens): the arrays themselves and their copies while built.
 ARRAY_FACTOR = 2.5
@@ -155,10 +171,12 @@ def oversized(cell: Cell | Size) -> str | None:
             "samples, seeds or observables, or split the cell")
 
 
-def memory_mb(cells: Iterable[Cell], attempt: int = 1) -> int:
+def memory_mb(cells: Iterable[Cell], attempt: int = 1, gpu: int = 0) -> int:
     """Peak memory request of a job simulating ``cells`` (one after another), doubled per retry: the
-    interpreter's ``BASELINE_MB`` and ``job_bytes``."""
-    return int((BASELINE_MB + job_bytes(cells) / 2**20) * 2 ** (attempt - 1)) + 1
+    interpreter's ``BASELINE_MB`` (``GPU_BASELINE_MB`` in a job given a GPU, ``gpu``) and ``job_bytes``
+    (the host's copies: the JAX engine returns its results to the host)."""
+    baseline = GPU_BASELINE_MB if gpu else BASELINE_MB
+    return int((baseline + job_bytes(cells) / 2**20) * 2 ** (attempt - 1)) + 1
 
 
 def stiffness(cell: Cell) -> float:
@@ -204,8 +222,8 @@ def exhausts_budget(cell: Cell) -> bool:
     return model_steps(cell) > STIFF_FACTOR * cell.max_steps
 
 
-def cell_seconds(cell: Cell) -> float:
-    """Expected compute time of one cell (no margin)."""
+def flops_per_call(cell: Cell) -> float:
+    """Floating-point work of one field evaluation of one trajectory, as the head form applies it."""
     structure = HEADS.get(cell.heads)
     form = structure.form
     if form == Form.DIAGONAL:
@@ -216,18 +234,134 @@ def cell_seconds(cell: Cell) -> float:
         flops = cell.H * (4 * cell.n * cell.d * r + 4 * cell.n * cell.n * r)
     else:  # Form.DENSE
         flops = cell.H * (2 * cell.n * cell.d * cell.d + 4 * cell.n * cell.n * cell.d)
-    per_call = flops / FLOPS_PER_SECOND + SECONDS_PER_CALL
+    return float(flops)
+
+
+def calls(cell: Cell) -> float:
+    """Field evaluations of one trajectory: six per step (Dopri5 with its first-same-as-last stage),
+    one per sample where an observable needs the velocity, two to start."""
     sampled = any(GROUPS.get(g).needs_velocity for g in cell.observables)
-    calls = 6.0 * steps(cell) + (cell.n_samples if sampled else 0) + 2
-    return cell.n_seeds * calls * per_call
+    return 6.0 * steps(cell) + (cell.n_samples if sampled else 0) + 2
 
 
-def runtime_minutes(cells: Iterable[Cell], attempt: int = 1) -> int:
-    """Wall-time request of a job, in minutes: ``SAFETY`` x the model plus start-up, doubled per retry."""
-    seconds = STARTUP_SECONDS + SAFETY * sum(cell_seconds(c) for c in cells)
+def cell_seconds(cell: Cell) -> float:
+    """Expected compute time of one cell on the numba engine, one core (no margin)."""
+    return cell.n_seeds * calls(cell) * (flops_per_call(cell) / FLOPS_PER_SECOND + SECONDS_PER_CALL)
+
+
+def runtime_minutes(cells: Iterable[Cell], attempt: int = 1, gpu: int = 0) -> int:
+    """Wall-time request of a job, in minutes: ``SAFETY`` x the model plus start-up, doubled per retry.
+    In a job given a GPU (``gpu``: its ``gpu_request``) the cells on the JAX engine are priced by
+    ``gpu_cell_seconds``, with their compilation."""
+    cells = list(cells)
+    seconds = STARTUP_SECONDS + SAFETY * sum(
+        gpu_cell_seconds(c) if gpu and job_engine(c, True) == "jax" else cell_seconds(c) for c in cells)
     return max(MIN_MINUTES, int(np.ceil(seconds / 60.0))) * 2 ** (attempt - 1)
 
 
-__all__ = ["MAX_CELL_BYTES", "Size", "cell_bytes", "cell_seconds", "exhausts_budget", "job_bytes",
-           "memory_mb", "model_steps", "oversized", "recorded_bytes", "runtime_minutes", "size", "steps",
-           "streams"]
+# --- the JAX engine on a GPU -------------------------------------------------------------------------
+# A deliberately slow GPU for requests: float64 throughput and the fixed cost of one vmapped field
+# evaluation (a kernel launch and diffrax's loop). Diffrax on one H200 (issue 40's measurements, H = 4
+# dense heads, compilation excluded) ran 16x (n = 512, d = 128, 64 seeds: 0.62 s) and 18x (n = 2048,
+# 16 seeds: 1.96 s) faster than this model, and 13x at n = 128 (8 seeds: 0.023 s, where the fixed cost
+# dominates); a data-centre GPU of an older generation (an A100: a third of the H200's float64) stays
+# within it.
+GPU_FLOPS_PER_SECOND = 1.0e13
+GPU_SECONDS_PER_CALL = 1e-4
+# Tracing and compiling the JAX engine's integration for one static configuration (shapes, rules,
+# tolerances): every cell of another n, d or seed count compiles anew. An allowance, not measured (no GPU
+# here): diffrax's compilation of such an integration takes seconds to tens of seconds.
+GPU_COMPILE_SECONDS = 30.0
+
+
+def gpu_compute_seconds(cell: Cell) -> float:
+    """Expected compute time of one cell on the JAX engine on one GPU (no margin, no compilation): its
+    seeds' field evaluations run as one batch, so the fixed cost is paid per evaluation, not per seed."""
+    return calls(cell) * (cell.n_seeds * flops_per_call(cell) / GPU_FLOPS_PER_SECOND + GPU_SECONDS_PER_CALL)
+
+
+def gpu_cell_seconds(cell: Cell) -> float:
+    """Expected time of one cell on the JAX engine on one GPU: its compilation and its compute."""
+    return GPU_COMPILE_SECONDS + gpu_compute_seconds(cell)
+
+
+def _large(cell: Cell) -> bool:
+    from .engines import AUTO_GPU_SECONDS
+
+    return cell_seconds(cell) > AUTO_GPU_SECONDS
+
+
+def job_engine(cell: Cell, gpu: bool) -> str:
+    """The engine ``cell`` runs on in a job given a GPU (``gpu``) or not: ``attnflow.engines.engine_for``
+    on the job's machine, whose rule for ``auto`` takes the GPU when there is one and the cost model
+    calls the cell large. Decided here, where the workflow plans the job: this machine may see no GPU
+    (a cluster's login node), and must not wake one (``gpu_visible_here``)."""
+    from .engines import engine_for
+
+    if cell.engine != "auto":
+        return engine_for(cell)
+    return "jax" if gpu and _large(cell) else "numba"
+
+
+def gpu_request(cells: Iterable[Cell], gpus: bool, declared: int | None = None) -> int:
+    """GPUs a simulate job asks for: 1 when one of its cells runs on the JAX engine (``engine: jax``, or
+    ``auto`` and large where the workflow's jobs get GPUs, ``gpus``: ``jobs_get_gpus``), else 0; 0 also
+    where the workflow was told it has none (``declared``: ``--resources gpu=0``: the JAX engine then
+    runs on the job's CPU cores)."""
+    if declared == 0:
+        return 0
+    return int(any(c.engine == "jax" or (c.engine == "auto" and gpus and _large(c)) for c in cells))
+
+
+def batch_engines(cells: Iterable[Cell], gpus: bool, declared: int | None = None) -> list[str]:
+    """The engine of each of a job's ``cells`` (``job_engine``, given the job's ``gpu_request``): what
+    its store must record of them to be current."""
+    cells = list(cells)
+    gpu = bool(gpu_request(cells, gpus, declared))
+    return [job_engine(c, gpu) for c in cells]
+
+
+def jobs_get_gpus(declared: int | None) -> bool:
+    """Whether the workflow's jobs may be given a GPU: as ``--resources gpu=N`` declares (N > 0: on a
+    cluster, whose login node sees none), else where jax sees one on this machine (``gpu_visible_here``)."""
+    if declared is not None:
+        return declared > 0
+    return gpu_visible_here()
+
+
+# The distributions that give jax a GPU backend: jax-cuda12-plugin, jax-cuda13-plugin, jax-rocm7-plugin...
+# and the older jaxlib builds with CUDA inside (version "0.4.x+cuda12...").
+_GPU_PLUGIN = re.compile(r"^jax[-_](cuda|rocm)\d*[-_](plugin|pjrt)$", re.IGNORECASE)
+
+
+def _gpu_backend_installed() -> bool:
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if _GPU_PLUGIN.match(name) or (name.lower() == "jaxlib" and "cuda" in (dist.version or "")):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_visible_here() -> bool:
+    """Whether jax sees a GPU on this machine, asked in a child process: jax's first look at a GPU
+    claims most of its memory (XLA preallocates) for the life of the process, which in a workflow's
+    controller, that runs no simulation, would starve its jobs. False at once without jax's GPU build."""
+    from .jaxengine import available
+
+    if not available() or not _gpu_backend_installed():
+        return False
+    code = "from attnflow.jaxengine import gpu_visible; print(int(gpu_visible()))"
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                              timeout=300)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0 and proc.stdout.strip().endswith("1")
+
+
+__all__ = ["MAX_CELL_BYTES", "Size", "batch_engines", "calls", "cell_bytes", "cell_seconds",
+           "exhausts_budget", "flops_per_call", "gpu_cell_seconds", "gpu_compute_seconds", "gpu_request",
+           "gpu_visible_here", "job_bytes", "job_engine", "jobs_get_gpus", "memory_mb", "model_steps",
+           "oversized", "recorded_bytes", "runtime_minutes", "size", "steps", "streams"]

@@ -262,6 +262,7 @@ class BatchResult:
     cells: dict[str, str]  # cell id -> its group in the store
     failed: dict[str, str]
     seed_failures: dict[str, str] = dataclasses.field(default_factory=dict)
+    engines: dict[str, str] = dataclasses.field(default_factory=dict)  # cell id -> engine
 
 
 # Errors that fail one cell, named, and let its batch go on: the simulation's own, and the
@@ -289,6 +290,24 @@ def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
             with open_members(members, group, chunks=None) as ds:
                 cells.update(split(ds.load()))
     return state, cells
+
+
+def stored_engine(ds: xr.Dataset) -> str:
+    """The engine that computed a stored cell (its ``engine`` attribute): ``numba`` or ``jax``; a cell
+    stored before the JAX engine existed has none, and was computed by numba."""
+    return str(ds.attrs.get("engine", "numba"))
+
+
+def recorded_engines(record: dict) -> dict[str, str]:
+    """A store record's or manifest's engines by cell id (``run_batch`` records them): every cell it
+    holds, ``numba`` for a cell recorded before the JAX engine existed."""
+    engines = record.get("engines") if isinstance(record.get("engines"), dict) else {}
+    return {cid: str(engines.get(cid, "numba")) for cid in record.get("cells") or ()}
+
+
+def engine_mismatch(stored: str, wanted: str) -> str:
+    """Why a cell computed by one engine is stale where another is asked for (status says so)."""
+    return f"computed by {stored}, this config asks for {wanted}"
 
 
 def _pending_cells(directory: Path) -> dict[str, xr.Dataset]:
@@ -324,10 +343,16 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     error in the compiled code) is left out, its error returned, and the batch
     goes on. A ``MemoryError`` or a kill ends the job: the next run retries it.
     ``names``: cell id -> how the log names it (``cell_name``; default the id).
+    A stored cell that another engine computed than the one this job resolves
+    for it (``attnflow.engines.engine_for``: ``auto`` resolved on a machine with a
+    GPU, say, where the store's came from one without) is computed again: a
+    store never mixes engines silently. The store's record and the result name
+    each cell's engine.
     """
     import shutil
 
     from .engine import compilations
+    from .engines import engine_for
     from .pack import group_cells, placement
     from .simulation import SimulationError, describe, simulate  # the engine loads only where it runs
     from .store import record_of
@@ -348,8 +373,17 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
             del have[cid]
         if again:
             log(f"retry_failed: {len(again)} cells with failed seeds computed again")
+    wanted = {cid: engine_for(cell) for cell, cid in zip(cells, ids, strict=True)}
+
+    def other_engine(cid, ds) -> bool:  # computed by another engine than this job's for the cell
+        return cid in wanted and stored_engine(ds) != wanted[cid]
+
+    for cid in [cid for cid, ds in have.items() if other_engine(cid, ds)]:
+        log(f"{names.get(cid, cid)}: {engine_mismatch(stored_engine(have.pop(cid)), wanted[cid])}: "
+            "computed again")
     stored = set(have)
-    resumed = {cid: ds for cid, ds in _pending_cells(pending).items() if cid not in have}
+    resumed = {cid: ds for cid, ds in _pending_cells(pending).items()
+               if cid not in have and not other_engine(cid, ds)}
     have.update(resumed)
     failed = {}
     unsaved: dict = {}  # computed since the last checkpoint
@@ -382,7 +416,8 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS and i < len(cells):
             groups = group_cells(unsaved)
             write(groups, pending / f"{cid}{STORE_SUFFIX}", versions=store_versions(), replace=True,
-                  meta={"batch": batch, "cells": placement(groups)})
+                  meta={"batch": batch, "cells": placement(groups),
+                        "engines": {c: stored_engine(ds) for c, ds in unsaved.items()}})
             log(f"checkpoint: {len(unsaved)} cells kept in {pending}")
             unsaved, last_checkpoint = {}, time.monotonic()
     done = [cid for cid in dict.fromkeys(ids) if cid in have]
@@ -394,7 +429,8 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     else:
         groups = group_cells({cid: have[cid] for cid in done})
         placed = placement(groups)
-        write(groups, path, versions=store_versions(), replace=True, meta={"batch": batch, "cells": placed})
+        write(groups, path, versions=store_versions(), replace=True,
+              meta={"batch": batch, "cells": placed, "engines": {c: stored_engine(have[c]) for c in done}})
         log(f"{path.name}: {len(done)} cells written ({len(set(done) - stored)} new)")
     shutil.rmtree(pending, ignore_errors=True)
     seed_failures = {cid: str(have[cid].attrs["seed_failures"]) for cid in done
@@ -405,10 +441,12 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     if failed:
         log(f"{len(failed)} of {len(cells)} cells FAILED (recorded in the manifest; not retried until the "
             "cell or the numerics change)")
-    return BatchResult(path, placed, failed, seed_failures)
+    engines = {cid: stored_engine(have[cid]) for cid in placed if cid in have}
+    return BatchResult(path, placed, failed, seed_failures, engines)
 
 
 __all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "Point", "STORE_SUFFIX", "Sweep",
-           "batch_experiment", "cell_id", "cell_name", "config_digest", "describe_failures", "failure_remedy",
+           "batch_experiment", "cell_id", "cell_name", "config_digest", "describe_failures",
+           "engine_mismatch", "failure_remedy", "recorded_engines", "stored_engine",
            "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points", "store_versions",
            "stored_cells", "summary_versions", "verify_batch"]

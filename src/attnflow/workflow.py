@@ -22,7 +22,15 @@ from .errors import ConfigError
 from .experiments import Spec
 from .layout import Layout, results_of
 from .store import StoreState, record_of, root_attrs, verify
-from .sweep import Sweep, cell_id, config_digest, summary_versions, verify_batch
+from .sweep import (
+    Sweep,
+    cell_id,
+    config_digest,
+    engine_mismatch,
+    recorded_engines,
+    summary_versions,
+    verify_batch,
+)
 
 MANIFEST_FORMAT = 2  # 1: attnflow 0.1, a store per cell (its manifests listed them under "stores")
 
@@ -267,12 +275,39 @@ def store_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False
     return state
 
 
-def batch_health(sweep: Sweep, batch: str, record: dict,
-                 checksums: bool = False) -> list[tuple[str, StoreState]]:
+def engines_wanted(sweep: Sweep, batch: str, gpus: bool | None = None,
+                   declared: int | None = None) -> dict[str, str]:
+    """The engine each cell of a batch runs on (cell id -> ``numba`` | ``jax``), as the workflow plans
+    its job (``resources.batch_engines``): ``gpus``, whether the jobs get a GPU (default: as
+    ``resources.jobs_get_gpus`` says of ``declared``, the ``--resources gpu`` given, asked only where a
+    cell's engine is auto)."""
+    from . import resources
+
+    cells = sweep.batches[batch]
+    if gpus is None:
+        gpus = resources.jobs_get_gpus(declared) if any(c.engine == "auto" for c in cells) else False
+    return {cell_id(c): e for c, e in zip(cells, resources.batch_engines(cells, gpus, declared), strict=True)}
+
+
+def other_engines(sweep: Sweep, batch: str, record: dict, gpus: bool | None = None,
+                  declared: int | None = None) -> dict[str, str]:
+    """The cells a batch's manifest (or store) ``record`` holds that another engine computed than the
+    one the config asks for now (``engines_wanted``): cell id -> why (``sweep.engine_mismatch``)."""
+    held = recorded_engines(record)
+    if not held:
+        return {}
+    wanted = engines_wanted(sweep, batch, gpus, declared)
+    return {cid: engine_mismatch(engine, wanted[cid]) for cid, engine in held.items()
+            if cid in wanted and engine != wanted[cid]}
+
+
+def batch_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False, gpus: bool | None = None,
+                 declared: int | None = None) -> list[tuple[str, StoreState]]:
     """What is wrong with a finished batch (its manifest ``record``, ``{}`` when unreadable), as (path,
-    state) pairs: an unreadable or old manifest, its store (``store_health``), its failed cells. (A
-    batch that gained cells, a grid value added, is not damaged: Snakemake reruns it, its parameters
-    changed.)
+    state) pairs: an unreadable or old manifest, its store (``store_health``), cells of it another
+    engine computed than the config asks for now (stale: ``other_engines``, with ``gpus`` and
+    ``declared``), its failed cells. (A batch that gained cells, a grid value added, is not damaged:
+    Snakemake reruns it, its parameters changed.)
     """
     store = sweep.layout.store(batch)
     if not record:
@@ -296,6 +331,10 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
                        "file)")))
     if not (state := store_health(sweep, batch, record, checksums)).ok:
         problems.append((str(store), state))
+    elif other := other_engines(sweep, batch, record, gpus, declared):
+        first = next(iter(other))
+        problems.append((str(store), StoreState(
+            "stale", f"{len(other)} of its cells {other[first]} (first: {sweep.name_of(first)})")))
     if retry_requested(sweep) or record.get("numerics_version") != _numerics_version():
         # A failure is final for its numerics: retried when they change, or on request.
         problems += [(f"{store}:{cid}", StoreState("failed", str(error)))
@@ -321,7 +360,8 @@ def retry_requested(sweep: Sweep) -> bool:
     return bool(sweep.config.get(RETRY_KEY))
 
 
-def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
+def unhealthy(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
+              declared: int | None = None) -> dict[str, list[tuple[str, StoreState]]]:
     """Batches whose store is now missing, does not match its record, or is stale (written under
     another numerics version), or that have a failed cell: batch -> problems (``batch_health``).
 
@@ -333,7 +373,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
     same way. It is retried when the numerics version changes (its manifest
     records the one it failed under), with its cell (a new ``max_steps`` is a new
     cell), or once per run with ``retry_failures`` set (the ticket is tied to the
-    manifest's time, which the retry renews).
+    manifest's time, which the retry renews). ``gpus``, ``declared``: as ``batch_health``.
     """
     found = {}
     summarised = None  # the batches current summaries were built from: looked for once, if needed
@@ -343,7 +383,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str
             summarised = _summarised_batches(sweep) if summarised is None else summarised
             problems = orphan_health(sweep, batch, checksums, summarised)
         else:
-            problems = batch_health(sweep, batch, record, checksums)
+            problems = batch_health(sweep, batch, record, checksums, gpus, declared)
         if problems:
             found[batch] = problems
     return found
@@ -411,10 +451,13 @@ def _runs_anyway(sweep: Sweep, batch: str) -> bool:
     return any(cell_id(c) not in recorded for c in sweep.batches[batch])
 
 
-def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
+def cell_states(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
+                declared: int | None = None) -> dict[str, StoreState]:
     """Every cell of the sweep -> its state: done | missing | failed (its error as detail) | corrupt |
-    interrupted (finished by a job that was killed before writing its batch's store) | stale. A done
-    cell's detail says when its store was touched since its manifest (intact: the next run records it).
+    interrupted (finished by a job that was killed before writing its batch's store) | stale (its store
+    written under another numerics version, or the cell computed by another engine than the config asks
+    for now: ``other_engines``, with ``gpus`` and ``declared``). A done cell's detail says when its store
+    was touched since its manifest (intact: the next run records it).
 
     Per batch, not per cell: its manifest, one ``stat`` of its store (every byte with
     ``checksums``), one look for a killed job's pending cells. A 100,000-cell sweep in
@@ -425,14 +468,18 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
         store = sweep.layout.store(batch)
         record = read_manifest(sweep, batch)
         failed: dict = {}
+        other: dict = {}
         if not record:  # never finished, its manifest deleted or unreadable: what its store holds, if any
-            held = record_of(store).get("cells") or {}
+            stored = record_of(store)
+            held = stored.get("cells") or {}
             state = verify_batch(store, checksums=checksums) if held else StoreState("missing")
+            other = other_engines(sweep, batch, stored, gpus, declared) if held else {}
         elif record.get("format") != MANIFEST_FORMAT:
             held, state = {cell_id(c): "" for c in cells}, batch_health(sweep, batch, record)[0][1]
         else:
             held, failed = record["cells"], record["failed"]
             state = store_health(sweep, batch, record, checksums)
+            other = other_engines(sweep, batch, record, gpus, declared)
         pending = set()  # cells a killed job checkpointed (rarely any: one listing)
         if sweep.layout.pending(batch).exists():
             for checkpoint in sweep.layout.pending(batch).iterdir():
@@ -446,6 +493,8 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
                     states[cid] = StoreState("done", f"{store.name}: {state.detail}")
                 else:
                     states[cid] = StoreState("done") if intact else state
+                if states[cid].ok and cid in other:
+                    states[cid] = StoreState("stale", other[cid])
             elif cid in failed:
                 states[cid] = StoreState("failed", str(failed[cid]))
             elif cid in pending:
@@ -455,7 +504,8 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
     return states
 
 
-def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
+def issue_repairs(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
+                  declared: int | None = None) -> dict[str, list[tuple[str, StoreState]]]:
     """Write a repair ticket for every finished batch with a damaged store; return the damage.
 
     A ticket (``<digest>.ticket`` in ``Layout.repairs(batch)``, the damage as JSON) is an
@@ -464,9 +514,10 @@ def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple
     and the manifest's time, so a dry run and the run after it share one ticket,
     and a later damage gets a new one. Tickets stay as a record of what was healed.
     ``checksums``: every byte read (``attnflow status`` does, so that the workflow
-    recomputes the bit rot status reports, which sizes and times cannot see).
+    recomputes the bit rot status reports, which sizes and times cannot see). ``gpus``, ``declared``:
+    as ``batch_health`` (the workflow passes its own).
     """
-    damage = unhealthy(sweep, checksums)
+    damage = unhealthy(sweep, checksums, gpus, declared)
     for batch, problems in damage.items():
         manifest = sweep.layout.manifest(batch)
         seen = manifest.stat().st_mtime_ns if manifest.exists() else None
@@ -589,18 +640,30 @@ def provenance(config: dict) -> dict:
     return {"config_sha256": config_digest(config), "attnflow_version": __version__}
 
 
-def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=print):
+def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=print, gpu: int = 0):
     """Simulate the cells of a batch (``cells_params``: the digest ``batch_params`` gave) its store does not
     hold, then write its manifest: the cells its store holds, the store's size and time (what the
     start-up check compares), the cells that failed whole (errors by cell id), those holding failed
     seeds (their ``seed_failures`` line) and the numerics version they failed under. The job succeeds
     with failures: the numbers decide them, so the next run skips them (``known_failures``) until the
-    cell or the numerics change."""
+    cell or the numerics change. ``gpu``: the GPUs the job was given (its ``gpu`` resource), for which
+    its large ``auto`` cells were planned on the JAX engine: a job given one where jax sees none fails,
+    naming it, rather than compute them on numba (the stores would then be stale at every start). The
+    manifest records each stored cell's engine."""
+    from . import resources
     from .cell import Cell
+    from .engines import engine_for
     from .sweep import cell_name, run_batch
 
     layout = Layout(results_of(config))
     cells = [Cell(**fields) for fields in json.loads(jobparams.get(layout, cells_params))]
+    unmet = [c for c in cells if c.engine == "auto" and engine_for(c) != resources.job_engine(c, bool(gpu))]
+    if unmet:
+        raise RuntimeError(
+            f"batch {batch} was given {gpu} GPU for {len(unmet)} cells of engine auto that the cost model "
+            f"calls large (first: {cell_name(unmet[0], batch, config)}), but jax sees no GPU on "
+            f"{socket.gethostname()}: install jax's GPU build there (pip install 'attnflow[jax-cuda]'), or "
+            "run without `--resources gpu=...` to compute them on the numba engine")
     result = run_batch(cells, batch, layout, log=log,
                        provenance={"batch": batch, **provenance(config)},
                        names={cell_id(c): cell_name(c, batch, config) for c in cells},
@@ -615,6 +678,7 @@ def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=p
         "cells": result.cells,
         "failed": result.failed,
         "seed_failures": result.seed_failures,
+        "engines": result.engines,
         "numerics_version": _numerics_version(),
     }, indent=1))
 
@@ -732,6 +796,7 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
 
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
+           "engines_wanted", "other_engines",
            "claim_results", "config_identity", "foreign_owner", "orphan_health", "owner_of", "store_health",
            "would_drop",
            "batch_params", "cell_states", "entries_params", "failed_cells", "failure_lines", "failure_report",

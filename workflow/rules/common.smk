@@ -36,6 +36,20 @@ config["results"] = SWEEP.config["results"]
 for _name, _why in SWEEP.skipped.items():
     print(f"attnflow: skipping experiment {_name}: {_why}", file=sys.stderr)
 
+# GPUs for the jobs whose cells run on the JAX engine (attnflow.resources): as `--resources gpu=N` declares
+# (a cluster's login node sees none: N > 0 says its jobs may have them; gpu=0 runs the JAX engine on the
+# CPU), else where jax sees one on this machine, asked only if a cell's engine is auto (in a child process:
+# jax's first look at a GPU claims its memory). A local run gets one GPU job at a time unless told more:
+# two jobs on one device would each claim most of its memory.
+DECLARED_GPUS = workflow.global_resources.get("gpu").value
+if any(c.engine == "auto" for cells in SWEEP.batches.values() for c in cells):
+    GPUS = resources.jobs_get_gpus(DECLARED_GPUS)
+else:
+    GPUS = bool(DECLARED_GPUS)
+if (DECLARED_GPUS is None and workflow.local_exec and not workflow.remote_exec and not workflow.subprocess_exec
+        and any(resources.gpu_request(cells, GPUS) for cells in SWEEP.batches.values())):
+    workflow.register_resource("gpu", 1)
+
 # Every output path comes from the sweep's Layout (attnflow.layout); rules name their wildcards through it.
 LAYOUT = SWEEP.layout
 RESULTS = str(SWEEP.results)
@@ -73,7 +87,7 @@ if _FOREIGN:
 # reruns and recomputes those stores alone. Jobs running on a cluster node parse this
 # file too: only the main process looks for damage.
 if not workflow.remote_exec and not _HOLDER and not _FOREIGN:  # never a ticket in another config's results
-    for _batch, _problems in issue_repairs(SWEEP).items():
+    for _batch, _problems in issue_repairs(SWEEP, gpus=GPUS, declared=DECLARED_GPUS).items():
         for _path, _state in _problems:
             if _state.status == "changed":
                 print(f"attnflow: batch {_batch} has other cells than its store records ({_state.detail}): "
@@ -189,7 +203,14 @@ def experiment_figures(wildcards):
 
 
 def simulate_mem_mb(wildcards, attempt):
-    return resources.memory_mb(SWEEP.batches[wildcards.batch], attempt)
+    return resources.memory_mb(SWEEP.batches[wildcards.batch], attempt, simulate_gpu(wildcards))
+
+
+def simulate_gpu(wildcards):
+    """1 for a job whose cells run on the JAX engine (attnflow.resources.gpu_request), else 0: locally
+    Snakemake runs one such job at a time (the gpu resource registered above); on SLURM the plugin asks
+    for it (--gpus=1)."""
+    return resources.gpu_request(SWEEP.batches[wildcards.batch], GPUS, DECLARED_GPUS)
 
 
 def simulate_priority(wildcards):
@@ -199,4 +220,4 @@ def simulate_priority(wildcards):
 
 
 def simulate_runtime(wildcards, attempt):
-    return resources.runtime_minutes(SWEEP.batches[wildcards.batch], attempt)
+    return resources.runtime_minutes(SWEEP.batches[wildcards.batch], attempt, simulate_gpu(wildcards))

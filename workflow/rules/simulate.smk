@@ -19,5 +19,9 @@ rule simulate:
     resources:
         mem_mb=simulate_mem_mb,
         runtime=simulate_runtime,
+        # 1 where a cell runs on the JAX engine: `--resources gpu=1` lets one such job run at a time on a
+        # machine; snakemake-executor-plugin-slurm asks SLURM for it (--gpus=1, or --gpus=<model>:1 with a
+        # gpu_model resource). 0 for the numba engine's jobs, which never see the GPU.
+        gpu=simulate_gpu,
     script:
         "../scripts/simulate.py"
