@@ -8,10 +8,6 @@ through ``np.dot`` and 32 ns through ``matmul`` (measured), a fifth of a field
 evaluation at n = d = 8. Up to 10^6 multiply-adds the call is the one ``np.dot``
 makes, so results are bit-identical to it.
 
-Where OpenBLAS runs its AVX-512 kernels, the smallest products skip the call:
-``tiles.small_product`` sums each entry as those kernels do, in vector
-registers, for the same bits in less time (``tiled`` says which products).
-
 The kernels call the symbol ``attnflow_dgemm``, registered with the JIT's linker
 in each process (``llvmlite.binding.add_symbol``) as numba does for its own
 helpers: compiled code cached on disk names the symbol, not an address.
@@ -49,12 +45,17 @@ from numba.extending import get_cython_function_address, intrinsic, overload
 from .attributes import always_inline
 from .blas_info import PANELS
 from .borrow import as_c, borrow
-from .tiles import is_matrix, small_product
 
 _SYMBOL = "attnflow_dgemm"
 llvm.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_blas", "dgemm"))
 
 _FORTRAN_INT = ir.IntType(32)  # scipy's cython_blas takes LP64 (32-bit) integers
+
+
+def is_matrix(ty) -> bool:
+    """A float64 matrix type, C-contiguous or a view of one whose rows may be further apart ('A'): what
+    ``_dgemm`` takes."""
+    return isinstance(ty, types.Array) and ty.ndim == 2 and ty.dtype == types.float64 and ty.layout in "CA"
 
 
 @intrinsic
@@ -95,14 +96,6 @@ def _dgemm(typingctx, a, b, out):
     return types.none(a, b, out), codegen
 
 
-# Products of at most this many multiply-adds go to ``tiles.small_product`` where ``tiled`` allows: an
-# 8x8x8 product took 37 against 59 ns through BLAS, 12x12x12 75 against 115, 24x24x24 490 against 533,
-# 32x32x32 about the same (one thread, AMD Zen 4, measured).
-TILED_PRODUCT = 16_384
-# From this depth on, OpenBLAS's unpacked kernel sums the entries of the last 1-4 columns of ``out``
-# (the last rows of its column-major C) as dot products, eight partial sums then a reduction
-# (kernel/x86_64/dgemm_small_kernel_nn_skylakex.c), not as one chain per entry.
-DOT_STYLE_DEPTH = 16
 # OpenBLAS's bound for its unpacked kernels (kernel/x86_64/dgemm_small_kernel_permit_skylakex.c); whether
 # the BLAS has them is ``PANELS`` (blas_info.py).
 SMALL_PRODUCT = 1_000_000
@@ -138,17 +131,6 @@ def padded(rows, cols):
     return np.empty((rows, cols + pad))[:, :cols]
 
 
-@numba.njit(cache=True, inline="always")
-def tiled(m, k, n):
-    """Whether ``out = a @ b`` ((m, k) by (k, n)) goes to ``tiles.small_product``: where BLAS has the
-    unpacked kernels (``PANELS``) and they sum every entry as one chain of fused multiply-adds, as the
-    tiles do, so a product's bits stay BLAS's (checked over every shape up to ``TILED_PRODUCT``,
-    tests/test_tiles.py); up to ``TILED_PRODUCT`` multiply-adds. Elsewhere other kernels sum in
-    other orders (OpenBLAS's AVX2 ones on 3 x 8 x 4, say): BLAS keeps those products."""
-    return (PANELS and m * k * n <= TILED_PRODUCT
-            and (k < DOT_STYLE_DEPTH or n % 8 == 0 or n % 8 > 4))
-
-
 @numba.njit(cache=True)
 def matmul(a, b, out):
     """``out = a @ b`` for float64 matrices whose rows each hold adjacent entries (C-contiguous, or
@@ -176,9 +158,6 @@ def matmul(a, b, out):
         return
     if m <= 1 or n <= 1 or k == 0:
         _row_or_column(a, b, out)
-        return
-    if tiled(m, k, n):
-        small_product(a, b, out)
         return
     rows = panel_rows(m, k, n)
     if rows >= m:
