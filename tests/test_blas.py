@@ -1,13 +1,21 @@
-"""``engine.blas.matmul``: BLAS's dgemm called directly, bit for bit what numba's ``np.dot`` gives up to
-10^6 multiply-adds, and in panels of rows above (the panels' rules, and the product they make); on
+"""``engine.machinery.blas.matmul``: BLAS's dgemm called directly, bit for bit what numba's ``np.dot``
+gives up to 10^6 multiply-adds, and in panels of rows above (the panels' rules, and the product they make); on
 padded operands, bit for bit what it gives on contiguous ones."""
 
 import numba
 import numpy as np
 import pytest
 
-from attnflow.engine.blas import PAD_FROM, PANEL_OPERAND, PANELS, SMALL_PRODUCT, matmul, padded, panel_rows
-from attnflow.engine.field import transpose_into
+from attnflow.engine.machinery import transpose_into
+from attnflow.engine.machinery.blas import (
+    PAD_FROM,
+    PANEL_OPERAND,
+    PANELS,
+    SMALL_PRODUCT,
+    matmul,
+    padded,
+    panel_rows,
+)
 
 needs_panels = pytest.mark.skipif(not PANELS, reason="BLAS is not an OpenBLAS with AVX-512 kernels")
 
@@ -137,7 +145,7 @@ def test_panel_rows():
 
 def test_panel_rows_without_the_unpacked_kernels(monkeypatch):
     # Another BLAS (or OpenBLAS on AVX2 kernels, where panels were slower): every product is one call.
-    monkeypatch.setattr("attnflow.engine.blas.PANELS", False)
+    monkeypatch.setattr("attnflow.engine.machinery.blas.PANELS", False)
     assert panel_rows.py_func(128, 64, 128) == 128
 
 

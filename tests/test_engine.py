@@ -9,7 +9,7 @@ from scipy.integrate import solve_ivp
 
 from attnflow import Cell, simulate, theory
 from attnflow.engine import observe, solve
-from attnflow.engine.expo import exp_inplace
+from attnflow.engine.machinery.expo import exp_inplace
 from attnflow.engine.measure import Group
 from attnflow.observables import GROUPS
 from attnflow.tableau import DOPRI5, ButcherTableau
@@ -49,7 +49,7 @@ def test_wide_vectors_mark_the_function_for_512_bit_registers():
     import llvmlite.binding as llvm
     import numba
 
-    from attnflow.engine.attributes import WIDE_VECTORS, wide_vectors
+    from attnflow.engine.machinery.attributes import WIDE_VECTORS, wide_vectors
 
     @numba.njit(fastmath={"contract"})
     def axpy(a, b):
@@ -82,7 +82,7 @@ def test_always_inline_leaves_no_call_to_the_function():
 
     import numba
 
-    from attnflow.engine.attributes import always_inline
+    from attnflow.engine.machinery.attributes import always_inline
 
     body = numba.njit(inline="always")(_long_body)
 
@@ -302,7 +302,7 @@ def test_cluster_count_counts_components():
 # A kernel compiled by a child process through compile_once: it prints "locking" just before, "ready" after.
 CHILD = """
 import numba, numpy as np
-from attnflow.engine.threads import compile_once
+from attnflow.engine.machinery.threads import compile_once
 
 @numba.njit
 def add_one(a):
@@ -323,7 +323,7 @@ def test_a_kernel_compiles_under_the_machine_wide_lock():
 
     import numba
 
-    from attnflow.engine.threads import compile_lock, compile_once
+    from attnflow.engine.machinery.threads import compile_lock, compile_once
 
     @numba.njit
     def add_one(a):
@@ -349,7 +349,7 @@ def test_the_compile_lock_is_per_numba_cache(monkeypatch):
     # Processes writing different caches would each compile anyway: they must not wait for each other.
     import numba
 
-    from attnflow.engine.threads import compile_lock
+    from attnflow.engine.machinery.threads import compile_lock
 
     monkeypatch.setattr(numba.config, "CACHE_DIR", "/tmp/one-cache")
     first, again = compile_lock(), compile_lock()
@@ -365,7 +365,7 @@ def test_the_compile_lock_lives_in_the_users_own_cache_directory(monkeypatch, tm
 
     import numba
 
-    from attnflow.engine.threads import compile_lock, compile_once
+    from attnflow.engine.machinery.threads import compile_lock, compile_once
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     own = tmp_path / "cache" / "attnflow"
@@ -385,7 +385,7 @@ def test_the_compile_lock_lives_in_the_users_own_cache_directory(monkeypatch, tm
 def test_a_cache_directory_others_may_write_in_is_not_used_for_the_lock(monkeypatch, tmp_path, capfd):
     import numba
 
-    from attnflow.engine.threads import compile_lock, compile_once
+    from attnflow.engine.machinery.threads import compile_lock, compile_once
 
     shared = tmp_path / "cache" / "attnflow"
     shared.mkdir(parents=True)

@@ -12,8 +12,8 @@ bit for bit.
 ``always_inline()``: LLVM inlines the function at each call site, while numba
 compiles it once. numba's own ``inline="always"`` copies the function's IR
 into each caller and types it there again, which for ``blas.matmul`` at the
-engine's 15 products cost the first compilation seconds (its docstring says
-how many). Inlined by LLVM, the compiled code is the same.
+engine's products cost the first compilation seconds. Inlined by LLVM, the
+compiled code is the same.
 """
 
 from __future__ import annotations

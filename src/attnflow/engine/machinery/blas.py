@@ -3,10 +3,8 @@
 numba's ``np.dot`` reaches the same ``dgemm`` (scipy's ``cython_blas``, whose
 BLAS ``threadpoolctl`` limits) through a generic wrapper: layout checks, then a
 helper that dispatches on the dtype, then the call. On the small products of a
-small cell the wrapper cost as much as the product: an 8x8x8 product took 60 ns
-through ``np.dot`` and 32 ns through ``matmul`` (measured), a fifth of a field
-evaluation at n = d = 8. Up to 10^6 multiply-adds the call is the one ``np.dot``
-makes, so results are bit-identical to it.
+small cell the wrapper costs as much as the product. Up to 10^6 multiply-adds
+the call is the one ``np.dot`` makes, so results are bit-identical to it.
 
 The kernels call the symbol ``attnflow_dgemm``, registered with the JIT's linker
 in each process (``llvmlite.binding.add_symbol``) as numba does for its own
@@ -16,21 +14,18 @@ A product above 10^6 multiply-adds whose right operand is small is taken in
 panels of rows (``panel_rows``) where BLAS is an OpenBLAS with AVX-512 kernels:
 it computes a product of at most 10^6 multiply-adds with a kernel that reads the
 operands in place, and first copies a larger one into packed blocks, which at
-these sizes costs more than it saves. The scores ``Y X^T`` and the head output
-``W Y`` of a cell of 128 tokens in d = 64 took 31 us each, in two panels 22 us
-(one thread, measured), and a field evaluation there 17% less time. On AVX2
-kernels (OpenBLAS told to use Haswell's) panels were 6-22% slower, and other
-BLAS libraries have no such bound: there every product is one call. The unpacked
-kernel sums each entry's products in another order than the packed one on some
-shapes (300 x 16 x 300: 2% of the entries differ in the last bit), hence
-``NUMERICS_VERSION`` 3.
+these sizes costs more than it saves. On AVX2 kernels panels are slower, and
+other BLAS libraries have no such bound: there every product is one call. The
+unpacked kernel sums each entry's products in another order than the packed
+one on some shapes (the last bit of a few entries), hence ``NUMERICS_VERSION`` 3.
+
 Operands may have rows further apart than their width (``padded``): BLAS takes
 each matrix's leading dimension from its strides. The unpacked kernel reads the
 right operand's rows in turn, and rows a multiple of 512 bytes apart fall in the
-same few sets of the L1 cache: the scores ``Y X^T`` at 128 tokens in d = 64
-took 35 us with ``X^T``'s rows 1 KiB apart, 26-27 us with them a cache line
-further (one thread, measured). The arithmetic does not depend on where the
-rows are, so results are the same.
+same few sets of the L1 cache; a cache line more between them avoids that. The
+arithmetic does not depend on where the rows are, so results are the same.
+
+What each of these buys, measured: docs/performance.md, "Engine machinery".
 """
 
 from __future__ import annotations
@@ -100,8 +95,7 @@ def _dgemm(typingctx, a, b, out):
 # the BLAS has them is ``PANELS`` (blas_info.py).
 SMALL_PRODUCT = 1_000_000
 # Panels only while the right operand stays in cache (128 KiB): the unpacked kernel reads it again for
-# each panel. With a larger one (32 tokens in d = 512: X M_h in 11 panels of 3 rows) a field evaluation
-# took 3.5 times as long (measured).
+# each panel, and a larger one made a field evaluation several times slower.
 PANEL_OPERAND = 16_384
 
 
@@ -115,8 +109,8 @@ def panel_rows(m, k, n):
     return SMALL_PRODUCT // (k * n)
 
 
-# Rows of at least this many entries (1 KiB) are padded by a cache line (``padded``): at 64 tokens a
-# field evaluation was no faster with them (measured).
+# Rows of at least this many entries (1 KiB) are padded by a cache line (``padded``): below, padding
+# bought nothing.
 PAD_FROM = 128
 _PAD = 8
 
@@ -145,7 +139,7 @@ def matmul(a, b, out):
     any cell the resources allow.
 
     Inlined by LLVM at each product (``always_inline``), compiled once by numba: numba's own
-    ``inline="always"`` cost the first compilation 8-16 s of 57-61 (measured).
+    ``inline="always"`` would type and compile it again at each of the engine's products.
     """
     always_inline()
     m, k = a.shape
@@ -171,8 +165,8 @@ def _row_or_column(a, b, out):
     """``out = a @ b`` for a row or a column, or an empty sum. np.dot takes a matrix-vector product
     there (another summation, so another result in the last bit) and handles the empty cases: keep its
     results. It takes C-contiguous operands only; a padded one (no earlier version had them) goes to
-    BLAS's product (np.dot on copies cost every first compilation 6 s, measured). Not inlined: one copy
-    for the engine's 15 products, not one each."""
+    BLAS's product (np.dot on copies would cost every first compilation its own seconds). Not inlined:
+    one copy for the engine's products, not one each."""
     a, b, out = borrow((a, b, out))
     if _contiguous(a) and _contiguous(b) and _contiguous(out):
         np.dot(as_c(a), as_c(b), as_c(out))
@@ -187,7 +181,7 @@ def _row_or_column(a, b, out):
 @numba.njit(cache=True, inline="never")
 def _in_panels(a, b, out, rows):
     """``out = a @ b`` in balanced panels of at most ``rows`` rows. Not inlined: one copy of the loop,
-    not one at each of the engine's 15 products, whose compilation it made 6-8 s longer (measured)."""
+    not one at each of the engine's products (compile time)."""
     a, b, out = borrow((a, b, out))
     m = a.shape[0]
     count = (m + rows - 1) // rows

@@ -5,14 +5,11 @@ then its results depend on whether it is. This one is plain arithmetic that
 LLVM vectorises: Cody-Waite reduction ``x = k ln 2 + r``, ``|r| <= ln(2)/2``,
 a degree-13 Taylor polynomial (truncation below 5e-18 relative) in Horner
 form with fused multiply-adds where the CPU has them (``fastmath`` allows
-contraction only, no reassociation: 25% faster on this machine), and ``2^k``
-assembled from its exponent bits in a register (``_from_bits``: no scratch
-array and no second pass; 0.81 against 0.91 ns an entry at 16384 entries, the
-same at 64). In 512-bit registers where the CPU has them (``wide_vectors``:
-0.62 against 0.95 ns an entry on Skylake-X, bit for bit the same results; on
-AMD's Zen 4, whose 512 bits LLVM takes anyway, unchanged). Measured within 1
-ulp of the correctly rounded result (tests/test_engine.py), with or without
-SVML installed.
+contraction only, no reassociation), and ``2^k`` assembled from its exponent
+bits in a register (``_from_bits``: no scratch array and no second pass). In
+512-bit registers where the CPU has them (``wide_vectors``; bit for bit the
+same results). Measured within 1 ulp of the correctly rounded result
+(tests/test_engine.py), with or without SVML installed.
 Arguments below -708 return ``exp(-708)`` (~3e-308) rather than a subnormal,
 and from 709.44 (where ``k`` reaches 1024) ``+inf``, below float64's own
 overflow at 709.78;
