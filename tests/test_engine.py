@@ -49,7 +49,7 @@ def test_wide_vectors_mark_the_function_for_512_bit_registers():
     import llvmlite.binding as llvm
     import numba
 
-    from attnflow.engine.machinery.attributes import WIDE_VECTORS, wide_vectors
+    from attnflow.engine.machinery.expo import WIDE_VECTORS, wide_vectors
 
     @numba.njit(fastmath={"contract"})
     def axpy(a, b):
@@ -65,52 +65,6 @@ def test_wide_vectors_mark_the_function_for_512_bit_registers():
     if llvm.get_host_cpu_features().get("avx512f"):  # then the loop must run in zmm registers
         (asm,) = axpy.inspect_asm().values()
         assert "zmm" in asm
-
-
-def _long_body(a):
-    """Enough work that LLVM's own heuristics do not inline a function doing it."""
-    for j in range(a.size):
-        a[j] = np.sqrt(a[j] * a[j] + 1.0) + np.exp(-a[j]) * np.log1p(a[j] * a[j])
-    for j in range(a.size - 1, 0, -1):
-        a[j] -= 0.5 * a[j - 1] / (1.0 + abs(a[j]))
-    for j in range(a.size):
-        a[j] = np.tanh(a[j]) * np.cosh(a[j] / 3.0) + np.arctan(a[j])
-
-
-def test_always_inline_leaves_no_call_to_the_function():
-    import re
-
-    import numba
-
-    from attnflow.engine.machinery.attributes import always_inline
-
-    body = numba.njit(inline="always")(_long_body)
-
-    @numba.njit
-    def marked(a):
-        always_inline()
-        body(a)
-
-    @numba.njit
-    def unmarked(a):
-        body(a)
-
-    def calls_from_a_loop(callee):
-        @numba.njit
-        def caller(a):
-            for _ in range(3):
-                callee(a)
-            return a[0]
-
-        expected = np.ones(8)
-        for _ in range(3):
-            _long_body(expected)
-        assert caller(np.ones(8)) == pytest.approx(expected[0], rel=1e-12)  # the same work either way
-        (ir,) = caller.inspect_llvm().values()
-        return len(re.findall(r"call [^\n]*" + callee.__name__, ir))
-
-    assert calls_from_a_loop(marked) == 0
-    assert calls_from_a_loop(unmarked) > 0  # the control: unmarked, the function stays a call
 
 
 def test_tableau_checks_its_own_consistency():

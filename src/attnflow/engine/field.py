@@ -25,7 +25,6 @@ from .machinery import (
     lane_max,
     lane_sum,
     matmul,
-    padded,
     transpose_into,
 )
 
@@ -46,7 +45,7 @@ Flow = namedtuple("Flow", "weights normalised over_n energy entropy mask spheric
 
 # Buffers of one trajectory, reused by every evaluation. After ``field`` they hold
 # that evaluation's intermediate results, which ``measure`` reads.
-#   xt (d, n)      X^T, rows padded (``machinery.padded``: the right operand of the scores)
+#   xt (d, n)      X^T (the right operand of the scores)
 #   y (H, n, d)    rows y^h_j = M_h x_j
 #   z, zl (H, n, r), zt (H, r, n), wz (n, r)   factored heads: Z = X U_h, ZL = Z diag(e_h)
 #   w (H, n, n)    weights w^h_ij, softmax's times Z_i (scores before ``attention_weights``)
@@ -62,7 +61,7 @@ Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv
 def workspace(n, d, H, r, keep_scores, separate_values):
     y = np.empty((H, n, d))
     return Workspace(
-        padded(d, n), y, np.empty((H, n, r)), np.empty((H, n, r)),
+        np.empty((d, n)), y, np.empty((H, n, r)), np.empty((H, n, r)),
         np.empty((H, r, n)), np.empty((n, r)), np.empty((H, n, n)),
         np.empty((H, n, n)) if keep_scores else np.empty((0, 0, 0)),
         np.zeros((H, n)), np.zeros((H, n)), np.empty((H, n, d)), np.empty((n, d)),

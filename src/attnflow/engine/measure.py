@@ -17,7 +17,7 @@ import numpy as np
 
 from ..attention import Energy, Entropy, MaskRule, Weights
 from .field import attended
-from .machinery import borrow, copy_into, dereference, exp_inplace, lane_sum, matmul, padded, transpose_into
+from .machinery import borrow, copy_into, dereference, exp_inplace, lane_sum, matmul, transpose_into
 
 
 class Group(IntEnum):
@@ -50,7 +50,7 @@ Outputs = namedtuple(
 #   row (n,): one row's terms, summed by ``lane_sum``
 #   p (n, n), m, z (n,): row-stochastic softmax weights, their shift and normaliser (``_softmax_parts``)
 #   sdot (H, n, n): score rates ds^h_ij/dt of every head (``_score_rates``), sdot_rows (H n, n) a view
-#   with the heads' rows stacked;  xdt (d, n): (dX/dt)^T, rows padded (``machinery.padded``)
+#   with the heads' rows stacked;  xdt (d, n): (dX/dt)^T
 #   seen, stack (n,) int64: ``count_clusters``' search
 Scratch = namedtuple("Scratch", "gram p py sdot sdot_rows xdt fnorm radial seen stack row m z")
 
@@ -59,7 +59,7 @@ Scratch = namedtuple("Scratch", "gram p py sdot sdot_rows xdt fnorm radial seen 
 def scratch(n, d, H):
     sdot = np.empty((H, n, n))
     return Scratch(np.empty((n, n)), np.empty((n, n)), np.empty((n, d)), sdot, sdot.reshape(H * n, n),
-                   padded(d, n), np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64),
+                   np.empty((d, n)), np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64),
                    np.empty(n, np.int64), np.empty(n), np.empty(n), np.empty(n))
 
 

@@ -14,8 +14,7 @@ The names the math may call, inside compiled code:
   compiled function as one pointer instead of every scalar of every array in it.
 - ``flat(array)``: a C-contiguous array as a borrowed 1-d view.
 - ``matmul(a, b, out)``: ``out = a @ b`` by BLAS's ``dgemm``, bit for bit what
-  ``np.dot`` gives (``blas.py``). ``padded(rows, cols)``: a product operand whose
-  rows sit a cache line apart from ``PAD_FROM`` columns on.
+  ``np.dot`` gives (``blas.py``).
 - ``exp_inplace(a)``: ``a[:] = exp(a)`` for a 1-d array, vectorised, within 1 ulp,
   the same on every machine (``expo.py``).
 - ``lane_sum(a)``, ``lane_max(a)``, ``copy_into(dst, src)``, ``transpose_into(x, xt)``:
@@ -60,11 +59,11 @@ from __future__ import annotations
 
 from . import cache  # noqa: F401  (first: every compiled function after this is cached under the stamp)
 from .arrays import copy_into, lane_max, lane_sum, transpose_into
-from .blas import matmul, padded
+from .blas import matmul
 from .blas_info import loaded_blas
 from .borrow import borrow, by_reference, dereference, flat, keep
 from .expo import exp_inplace
 from .threads import run_threads, take_next
 
 __all__ = ["borrow", "by_reference", "copy_into", "dereference", "exp_inplace", "flat", "keep", "lane_max",
-           "lane_sum", "loaded_blas", "matmul", "padded", "run_threads", "take_next", "transpose_into"]
+           "lane_sum", "loaded_blas", "matmul", "run_threads", "take_next", "transpose_into"]

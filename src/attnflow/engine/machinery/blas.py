@@ -19,11 +19,8 @@ other BLAS libraries have no such bound: there every product is one call. The
 unpacked kernel sums each entry's products in another order than the packed
 one on some shapes (the last bit of a few entries), hence ``NUMERICS_VERSION`` 3.
 
-Operands may have rows further apart than their width (``padded``): BLAS takes
-each matrix's leading dimension from its strides. The unpacked kernel reads the
-right operand's rows in turn, and rows a multiple of 512 bytes apart fall in the
-same few sets of the L1 cache; a cache line more between them avoids that. The
-arithmetic does not depend on where the rows are, so results are the same.
+Operands may be views whose rows sit further apart than their width: BLAS takes
+each matrix's leading dimension from its strides.
 
 What each of these buys, measured: docs/performance.md, "Engine machinery".
 """
@@ -37,7 +34,6 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import get_cython_function_address, intrinsic, overload
 
-from .attributes import always_inline
 from .blas_info import PANELS
 from .borrow import as_c, borrow
 
@@ -109,26 +105,10 @@ def panel_rows(m, k, n):
     return SMALL_PRODUCT // (k * n)
 
 
-# Rows of at least this many entries (1 KiB) are padded by a cache line (``padded``): below, padding
-# bought nothing.
-PAD_FROM = 128
-_PAD = 8
-
-
-@numba.njit(cache=True)
-def padded(rows, cols):
-    """An uninitialised (rows, cols) matrix for a product's operand: from ``PAD_FROM`` columns on, its
-    rows sit one cache line (8 entries) further apart than their width, so that a power-of-two width
-    does not put them in the same cache sets (see the module's docstring). A view, layout 'A',
-    whatever the width: one compiled type."""
-    pad = _PAD if cols >= PAD_FROM else 0
-    return np.empty((rows, cols + pad))[:, :cols]
-
-
 @numba.njit(cache=True)
 def matmul(a, b, out):
     """``out = a @ b`` for float64 matrices whose rows each hold adjacent entries (C-contiguous, or
-    ``padded``): ``np.dot(a, b, out)`` without its wrapper; in panels of rows above 10^6
+    views of rows of wider matrices): ``np.dot(a, b, out)`` without its wrapper; in panels of rows above 10^6
     multiply-adds where ``panel_rows`` says so.
 
     Shapes that do not match, or rows whose entries are not adjacent (a bug in the caller: the
@@ -138,10 +118,10 @@ def matmul(a, b, out):
     ``field.attention_weights``). Dimensions stay far below 2^31, the range of BLAS's integers, for
     any cell the resources allow.
 
-    Inlined by LLVM at each product (``always_inline``), compiled once by numba: numba's own
-    ``inline="always"`` would type and compile it again at each of the engine's products.
+    A call, compiled once: inlined at each of the engine's products (by numba or by LLVM) the
+    first compilation took longer for no speed that counts (docs/performance.md, "Engine machinery").
     """
-    always_inline()
+    a, b, out = borrow((a, b, out))
     m, k = a.shape
     n = b.shape[1]
     if (b.shape[0] != k or out.shape[0] != m or out.shape[1] != n
@@ -164,7 +144,7 @@ def matmul(a, b, out):
 def _row_or_column(a, b, out):
     """``out = a @ b`` for a row or a column, or an empty sum. np.dot takes a matrix-vector product
     there (another summation, so another result in the last bit) and handles the empty cases: keep its
-    results. It takes C-contiguous operands only; a padded one (no earlier version had them) goes to
+    results. It takes C-contiguous operands only; a view of rows of a wider matrix goes to
     BLAS's product (np.dot on copies would cost every first compilation its own seconds). Not inlined:
     one copy for the engine's products, not one each."""
     a, b, out = borrow((a, b, out))
@@ -215,7 +195,7 @@ def _adjacent(matrix):
 
 @_true_when_typed_c
 def _contiguous(matrix):
-    """Whether ``matrix`` is C-contiguous in memory, whatever its type says (a padded matrix of one row
+    """Whether ``matrix`` is C-contiguous in memory, whatever its type says (a view of one row
     is)."""
     if matrix.size == 0:
         return True

@@ -87,8 +87,8 @@ def flat(typingctx, array):
 
 @intrinsic
 def as_c(typingctx, matrix):
-    """A 2-d array whose entries are C-contiguous in memory, whatever its type says (a padded matrix of
-    one row, say), typed C-contiguous: a borrowed view, for what takes C-contiguous arrays only
+    """A 2-d array whose entries are C-contiguous in memory, whatever its type says (one row of a wider
+    matrix, say), typed C-contiguous: a borrowed view, for what takes C-contiguous arrays only
     (``np.dot`` with an output). The caller checks the memory (``blas._contiguous``)."""
     if not (isinstance(matrix, types.Array) and matrix.ndim == 2):
         return None
