@@ -27,9 +27,9 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from attnflow import Cell
 from attnflow.contract import Controller, Heads, Problem, SaveAt
 from attnflow.engine import _head_arrays, flow_of, solve
-from attnflow.engine.borrow import by_reference
 from attnflow.engine.dopri import trajectory_heads
 from attnflow.engine.field import field, workspace
+from attnflow.engine.machinery.borrow import by_reference
 from attnflow.heads import head_matrices
 from attnflow.tokens import initial_tokens
 

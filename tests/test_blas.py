@@ -1,13 +1,19 @@
-"""``engine.blas.matmul``: BLAS's dgemm called directly, bit for bit what numba's ``np.dot`` gives up to
-10^6 multiply-adds, and in panels of rows above (the panels' rules, and the product they make); on
-padded operands, bit for bit what it gives on contiguous ones."""
+"""``engine.machinery.blas.matmul``: BLAS's dgemm called directly, bit for bit what numba's ``np.dot``
+gives up to 10^6 multiply-adds, and in panels of rows above (the panels' rules, and the product they make); on
+views of rows of wider matrices, bit for bit what it gives on contiguous ones."""
 
 import numba
 import numpy as np
 import pytest
 
-from attnflow.engine.blas import PAD_FROM, PANEL_OPERAND, PANELS, SMALL_PRODUCT, matmul, padded, panel_rows
-from attnflow.engine.field import transpose_into
+from attnflow.engine.machinery import transpose_into
+from attnflow.engine.machinery.blas import (
+    PANEL_OPERAND,
+    PANELS,
+    SMALL_PRODUCT,
+    matmul,
+    panel_rows,
+)
 
 needs_panels = pytest.mark.skipif(not PANELS, reason="BLAS is not an OpenBLAS with AVX-512 kernels")
 
@@ -54,7 +60,7 @@ def test_matmul_refuses_what_is_not_a_c_contiguous_float64_matrix():
 
 
 def test_matmul_on_rows_with_gaps_between_entries_writes_nan():
-    # Views whose rows are not adjacent entries type as padded ones do; BLAS would read the gaps.
+    # Views whose rows are not adjacent entries type as views of wider rows do; BLAS would read the gaps.
     a, b = np.ones((4, 6)), np.ones((3, 4))
     for left, right in [(a[:, ::2], b), (np.ones((4, 3)), b[:, ::2])]:
         out = np.zeros((4, 4)) if right is b else np.zeros((4, 2))
@@ -65,17 +71,17 @@ def test_matmul_on_rows_with_gaps_between_entries_writes_nan():
     assert np.isnan(out).all()
 
 
-@pytest.mark.parametrize("cols", [1, 8, PAD_FROM - 1, PAD_FROM, PAD_FROM + 1])
-def test_padded_rows_sit_a_cache_line_apart_from_pad_from_on(cols):
-    matrix = padded(5, cols)
-    assert matrix.shape == (5, cols) and matrix.strides[1] == 8
-    assert matrix.strides[0] == 8 * (cols + (8 if cols >= PAD_FROM else 0))
+def _wider(rows, cols):
+    """An uninitialised (rows, cols) matrix whose rows sit a cache line further apart than their width from
+    128 columns on (C-contiguous below: a row or a column of such a view is not np.dot's, see the last
+    test)."""
+    return np.empty((rows, cols + (8 if cols >= 128 else 0)))[:, :cols]
 
 
 @pytest.mark.parametrize("shape", [(128, 64, 128), (64, 64, 64), (100, 100, 100), (300, 16, 300),
                                    (512, 64, 128), (33, 17, 70), (1, 70, 7), (70, 5, 1), (1, 1, 1),
                                    (4, 0, 3), (3, 4, 0)])
-def test_matmul_on_padded_operands_is_the_contiguous_product_bit_for_bit(shape):
+def test_matmul_on_views_of_wider_rows_is_the_contiguous_product_bit_for_bit(shape):
     # Only the leading dimensions change: the same kernel makes the same sums, so not one bit may differ
     # (a row, a column or an empty sum goes to np.dot, on C-typed views of the same memory).
     m, k, n = shape
@@ -83,11 +89,11 @@ def test_matmul_on_padded_operands_is_the_contiguous_product_bit_for_bit(shape):
     a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
     contiguous = np.full((m, n), np.nan)
     _matmul_only(a, b, contiguous)
-    pa, pb, pout = padded(m, k), padded(k, n), padded(m, n)
+    pa, pb, pout = _wider(m, k), _wider(k, n), _wider(m, n)
     pa[:], pb[:], pout[:] = a, b, np.nan
     _matmul_only(pa, pb, pout)
     assert np.array_equal(pout, contiguous)
-    _matmul_only(a, pb, pout)  # one padded operand among contiguous ones, as the engine's scores
+    _matmul_only(a, pb, pout)  # one such operand among contiguous ones
     assert np.array_equal(pout, contiguous)
 
 
@@ -137,7 +143,7 @@ def test_panel_rows():
 
 def test_panel_rows_without_the_unpacked_kernels(monkeypatch):
     # Another BLAS (or OpenBLAS on AVX2 kernels, where panels were slower): every product is one call.
-    monkeypatch.setattr("attnflow.engine.blas.PANELS", False)
+    monkeypatch.setattr("attnflow.engine.machinery.blas.PANELS", False)
     assert panel_rows.py_func(128, 64, 128) == 128
 
 
@@ -156,13 +162,13 @@ def test_transpose_into(shape):
     assert np.array_equal(xt, x.T)
 
 
-@pytest.mark.parametrize("shape", [(1, 3, PAD_FROM + 5), (PAD_FROM + 5, 3, 1), (2, 0, PAD_FROM + 5)])
-def test_matmul_of_a_row_or_column_with_a_padded_operand_is_the_product(shape):
+@pytest.mark.parametrize("shape", [(1, 3, 133), (133, 3, 1), (2, 0, 133)])
+def test_matmul_of_a_row_or_column_with_a_wider_operand_is_the_product(shape):
     # Not C-contiguous in memory, so not np.dot's matrix-vector route: BLAS's product, or an empty sum.
     m, k, n = shape
     rng = np.random.default_rng(sum(shape))
     a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-    pb, pout = padded(k, n), padded(m, n)
+    pb, pout = _wider(k, n), _wider(m, n)
     pb[:], pout[:] = b, np.nan
     _matmul_only(a, pb if k > 1 else b, pout)
     np.testing.assert_allclose(pout, a @ b, rtol=0, atol=1e-13)  # round-off of at most 3 terms of O(1)

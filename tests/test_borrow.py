@@ -1,4 +1,4 @@
-"""``engine.borrow`` on records that hold a reference-counted object besides arrays and scalars."""
+"""``engine.machinery.borrow`` on records that hold a reference-counted object besides arrays and scalars."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 PROGRAM = """
 import numba, numpy as np
 from numba.typed import List
-from attnflow.engine.borrow import borrow
+from attnflow.engine.machinery.borrow import borrow
 
 @numba.njit
 def use(a, lst, n):
@@ -34,7 +34,7 @@ def test_flat_is_every_entry_in_memory_order_and_writes_through():
     import numba
     import numpy as np
 
-    from attnflow.engine.borrow import borrow, flat
+    from attnflow.engine.machinery.borrow import borrow, flat
 
     @numba.njit
     def weighted_then_incremented(stack, j):
@@ -58,7 +58,7 @@ def test_a_record_by_reference_is_the_record_and_writes_through():
     import numba
     import numpy as np
 
-    from attnflow.engine.borrow import by_reference, dereference
+    from attnflow.engine.machinery.borrow import by_reference, dereference
 
     @numba.njit
     def scale_into(ref, factor):
@@ -85,7 +85,7 @@ def test_a_reference_is_one_argument_where_the_record_is_every_scalar_in_it():
     import numpy as np
     from numba.core.registry import cpu_target
 
-    from attnflow.engine.borrow import Ref
+    from attnflow.engine.machinery.borrow import Ref
 
     record = numba.typeof((np.ones((2, 2)), np.ones((2, 2, 2)), np.ones(3), 1.0))
 

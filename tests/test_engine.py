@@ -10,7 +10,7 @@ from scipy.integrate import solve_ivp
 from attnflow import Cell, simulate, theory
 from attnflow.contract import ClusterEvent, Controller, Heads, Problem, SaveAt
 from attnflow.engine import observe, solve
-from attnflow.engine.expo import exp_inplace
+from attnflow.engine.machinery.expo import exp_inplace
 from attnflow.engine.measure import Group
 from attnflow.observables import GROUPS
 from attnflow.tableau import DOPRI5, ButcherTableau
@@ -50,7 +50,7 @@ def test_wide_vectors_mark_the_function_for_512_bit_registers():
     import llvmlite.binding as llvm
     import numba
 
-    from attnflow.engine.attributes import WIDE_VECTORS, wide_vectors
+    from attnflow.engine.machinery.expo import WIDE_VECTORS, wide_vectors
 
     @numba.njit(fastmath={"contract"})
     def axpy(a, b):
@@ -66,52 +66,6 @@ def test_wide_vectors_mark_the_function_for_512_bit_registers():
     if llvm.get_host_cpu_features().get("avx512f"):  # then the loop must run in zmm registers
         (asm,) = axpy.inspect_asm().values()
         assert "zmm" in asm
-
-
-def _long_body(a):
-    """Enough work that LLVM's own heuristics do not inline a function doing it."""
-    for j in range(a.size):
-        a[j] = np.sqrt(a[j] * a[j] + 1.0) + np.exp(-a[j]) * np.log1p(a[j] * a[j])
-    for j in range(a.size - 1, 0, -1):
-        a[j] -= 0.5 * a[j - 1] / (1.0 + abs(a[j]))
-    for j in range(a.size):
-        a[j] = np.tanh(a[j]) * np.cosh(a[j] / 3.0) + np.arctan(a[j])
-
-
-def test_always_inline_leaves_no_call_to_the_function():
-    import re
-
-    import numba
-
-    from attnflow.engine.attributes import always_inline
-
-    body = numba.njit(inline="always")(_long_body)
-
-    @numba.njit
-    def marked(a):
-        always_inline()
-        body(a)
-
-    @numba.njit
-    def unmarked(a):
-        body(a)
-
-    def calls_from_a_loop(callee):
-        @numba.njit
-        def caller(a):
-            for _ in range(3):
-                callee(a)
-            return a[0]
-
-        expected = np.ones(8)
-        for _ in range(3):
-            _long_body(expected)
-        assert caller(np.ones(8)) == pytest.approx(expected[0], rel=1e-12)  # the same work either way
-        (ir,) = caller.inspect_llvm().values()
-        return len(re.findall(r"call [^\n]*" + callee.__name__, ir))
-
-    assert calls_from_a_loop(marked) == 0
-    assert calls_from_a_loop(unmarked) > 0  # the control: unmarked, the function stays a call
 
 
 def test_tableau_checks_its_own_consistency():
@@ -303,7 +257,7 @@ def test_cluster_count_counts_components():
 # A kernel compiled by a child process through compile_once: it prints "locking" just before, "ready" after.
 CHILD = """
 import numba, numpy as np
-from attnflow.engine.threads import compile_once
+from attnflow.engine.machinery.threads import compile_once
 
 @numba.njit
 def add_one(a):
@@ -324,7 +278,7 @@ def test_a_kernel_compiles_under_the_machine_wide_lock():
 
     import numba
 
-    from attnflow.engine.threads import compile_lock, compile_once
+    from attnflow.engine.machinery.threads import compile_lock, compile_once
 
     @numba.njit
     def add_one(a):
@@ -350,7 +304,7 @@ def test_the_compile_lock_is_per_numba_cache(monkeypatch):
     # Processes writing different caches would each compile anyway: they must not wait for each other.
     import numba
 
-    from attnflow.engine.threads import compile_lock
+    from attnflow.engine.machinery.threads import compile_lock
 
     monkeypatch.setattr(numba.config, "CACHE_DIR", "/tmp/one-cache")
     first, again = compile_lock(), compile_lock()
@@ -366,7 +320,7 @@ def test_the_compile_lock_lives_in_the_users_own_cache_directory(monkeypatch, tm
 
     import numba
 
-    from attnflow.engine.threads import compile_lock, compile_once
+    from attnflow.engine.machinery.threads import compile_lock, compile_once
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     own = tmp_path / "cache" / "attnflow"
@@ -386,7 +340,7 @@ def test_the_compile_lock_lives_in_the_users_own_cache_directory(monkeypatch, tm
 def test_a_cache_directory_others_may_write_in_is_not_used_for_the_lock(monkeypatch, tmp_path, capfd):
     import numba
 
-    from attnflow.engine.threads import compile_lock, compile_once
+    from attnflow.engine.machinery.threads import compile_lock, compile_once
 
     shared = tmp_path / "cache" / "attnflow"
     shared.mkdir(parents=True)

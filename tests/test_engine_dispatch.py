@@ -201,7 +201,7 @@ def test_no_compiled_jax_or_python_side_dispatch_has_a_default_branch():
              package / "contract.py", package / "simulation.py", package / "engines.py",
              Path(__file__).with_name("reference.py")]
     problems = []
-    for path in paths:
+    for path in paths:  # the machinery's included (rglob)
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):  # a conditional expression over a declaration is a two-way default
             if isinstance(node, ast.IfExp) and _members(node.test):

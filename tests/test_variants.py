@@ -198,7 +198,7 @@ def test_a_head_form_or_metric_without_its_compiled_branch_is_refused(monkeypatc
 def test_borrowed_views_share_the_data_and_carry_no_owner():
     import numba
 
-    from attnflow.engine.borrow import borrow
+    from attnflow.engine.machinery.borrow import borrow
 
     @numba.njit
     def write_through(a, record):
@@ -274,7 +274,7 @@ def test_variants_reduction_reads_the_statements():
 # --- defects found by a hostile review, each pinned ------------------------------------------------
 
 def test_exp_saturates_to_inf_instead_of_wrapping_the_sign_bit():
-    from attnflow.engine.expo import exp_inplace
+    from attnflow.engine.machinery.expo import exp_inplace
 
     a = np.array([709.0, 711.0, 720.0, 1e4])
     exp_inplace(a)

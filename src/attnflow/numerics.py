@@ -20,8 +20,8 @@ CERTIFICATE_BOUND = 1e-4
 # 2: scalar heads (M_h = lambda_h I, values aligned) with n < d integrate in the span of the initial
 #    tokens (engine._span_basis): the same flow, its error control on n coordinates instead of d.
 # 3: products above 10^6 multiply-adds with a small right operand are taken in panels of rows
-#    (engine/blas.py): OpenBLAS computes them with its unpacked kernel, whose sums differ in the last
-#    bit on some shapes (256 tokens in d = 17, say); the shapes of most cells keep every bit.
+#    (engine/machinery/blas.py): OpenBLAS computes them with its unpacked kernel, whose sums differ in the
+#    last bit on some shapes (256 tokens in d = 17, say); the shapes of most cells keep every bit.
 # 4: the accuracy certificate covers every seed (a companion run of all seeds, looser for smooth fields,
 #    tighter for relu) and is stored per seed (`certificate_error` over `seed`); the default config's
 #    tolerances are fitted to it (relu's stored numbers were off by up to 0.45 at rtol 1e-6).

@@ -34,8 +34,6 @@ from ..heads import Form
 from ..numerics import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 from ..observables import GROUPS, canonical_groups, variables
 from ..tableau import DOPRI5, ButcherTableau
-from . import cache  # noqa: F401  (first: the engine's functions are cached by its locators)
-from .blas_info import loaded_blas
 from .dopri import (
     CALLS,
     DRIFT,
@@ -55,8 +53,8 @@ from .dopri import (
     solve_batch,
 )
 from .field import COMPILED_FORMS, COMPILED_MASKS, COMPILED_WEIGHTS, Flow, HeadArrays
+from .machinery import loaded_blas, run_threads
 from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
-from .threads import run_threads
 
 __all__ = ["KERNELS", "EngineResult", "IntegrationError", "Status", "check_declarations", "compilations",
            "failure_reason", "observe", "solve"]

@@ -17,10 +17,9 @@ from enum import IntEnum
 import numba
 import numpy as np
 
-from .borrow import borrow, by_reference, dereference, flat, keep
-from .field import HeadArrays, copy_into, field, workspace
+from .field import HeadArrays, field, workspace
+from .machinery import borrow, by_reference, copy_into, dereference, flat, keep, take_next
 from .measure import Metric, criterion_value, measure, scratch
-from .threads import take_next
 
 _SAFETY, _MIN_FACTOR, _MAX_FACTOR = 0.9, 0.2, 10.0
 _EPS = np.finfo(np.float64).eps
@@ -256,8 +255,8 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     """Integrate trajectory ``b`` from ``x0`` and measure it at ``t_eval``; statistics into ``stats``.
 
     The arguments are borrowed views (``solve_batch``); so are the buffers, owned by ``owned``
-    until the end (``engine.borrow``). The records go to ``field`` and ``measure`` by reference,
-    made once here (``borrow.by_reference``: one pointer each instead of every scalar in them).
+    until the end (``machinery.borrow``). The records go to ``field`` and ``measure`` by reference,
+    made once here (``machinery.by_reference``: one pointer each instead of every scalar in them).
     """
     x0, hd, t_eval, method, sampling, out, stats = borrow((x0, hd, t_eval, method, sampling, out, stats))
     n, d = x0.shape
@@ -390,10 +389,10 @@ def trajectory_heads(batch, b):
 def solve_batch(counter, x0, head_arrays, flow, beta, t_eval, method, control, criterion, sampling, out,
                 stats):
     """Integrate trajectories of the batch, taking each from ``counter`` until none is left (one thread of
-    ``threads.run_threads``); ``beta`` is (B,).
+    ``machinery.run_threads``); ``beta`` is (B,).
 
     The trajectories get borrowed views of the shared arrays, which live for this call: no
-    reference counts for threads to contend on (``engine.borrow``).
+    reference counts for threads to contend on (``machinery.borrow``).
     """
     while True:
         b = take_next(counter)
@@ -407,7 +406,7 @@ def solve_batch(counter, x0, head_arrays, flow, beta, t_eval, method, control, c
 @numba.njit(cache=True, nogil=True)
 def observe_batch(counter, x, head_arrays, flow, beta, sampling, level, out, drift):
     """The variables of the wanted groups at configurations ``x[b]`` taken from ``counter``, as sample 0
-    of ``out`` (one thread of ``threads.run_threads``)."""
+    of ``out`` (one thread of ``machinery.run_threads``)."""
     while True:
         b = take_next(counter)
         if b >= x.shape[0]:

@@ -16,9 +16,17 @@ import numpy as np
 
 from ..attention import MaskRule, Weights
 from ..heads import Form
-from .blas import matmul, padded
-from .borrow import borrow, dereference, flat
-from .expo import exp_inplace
+from .machinery import (
+    borrow,
+    copy_into,
+    dereference,
+    exp_inplace,
+    flat,
+    lane_max,
+    lane_sum,
+    matmul,
+    transpose_into,
+)
 
 # The score and value matrices of one trajectory's heads as the compiled code applies them (or of a
 # batch, each array with a leading axis of B or 1), in the form ``form`` (``heads.Form``: how the
@@ -37,7 +45,7 @@ Flow = namedtuple("Flow", "weights normalised over_n energy entropy mask spheric
 
 # Buffers of one trajectory, reused by every evaluation. After ``field`` they hold
 # that evaluation's intermediate results, which ``measure`` reads.
-#   xt (d, n)      X^T, rows padded (``blas.padded``: the right operand of the scores)
+#   xt (d, n)      X^T (the right operand of the scores)
 #   y (H, n, d)    rows y^h_j = M_h x_j
 #   z, zl (H, n, r), zt (H, r, n), wz (n, r)   factored heads: Z = X U_h, ZL = Z diag(e_h)
 #   w (H, n, n)    weights w^h_ij, softmax's times Z_i (scores before ``attention_weights``)
@@ -45,7 +53,7 @@ Flow = namedtuple("Flow", "weights normalised over_n energy entropy mask spheric
 #   rowmax, rowsum (H, n)  softmax shift m_i and normaliser Z_i (see ``attention_weights``)
 #   f (H, n, d)    head outputs f^h_i;  v (n, d) velocity before projection;  xv (n, d) X V_h^T
 #   y_rows (H n, d)  y with the heads' rows stacked, for the score rates (a view made once: numba's
-#                  reshape calls a C helper, 3% of a small cell's run when taken per evaluation)
+#                  reshape calls a C helper, which a small cell feels when taken per evaluation)
 Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv y_rows")
 
 
@@ -53,62 +61,13 @@ Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv
 def workspace(n, d, H, r, keep_scores, separate_values):
     y = np.empty((H, n, d))
     return Workspace(
-        padded(d, n), y, np.empty((H, n, r)), np.empty((H, n, r)),
+        np.empty((d, n)), y, np.empty((H, n, r)), np.empty((H, n, r)),
         np.empty((H, r, n)), np.empty((n, r)), np.empty((H, n, n)),
         np.empty((H, n, n)) if keep_scores else np.empty((0, 0, 0)),
         np.zeros((H, n)), np.zeros((H, n)), np.empty((H, n, d)), np.empty((n, d)),
         np.empty((n, d)) if separate_values else np.empty((0, 0)),
         y.reshape(H * n, d),
     )
-
-
-@numba.njit(cache=True, inline="always")
-def lane_sum(a):
-    """Sum of a 1-d array in eight interleaved lanes, then the lanes in order.
-
-    A fixed order, so the result is the same on every machine, and eight
-    independent chains instead of one (a plain loop waits on each add).
-    """
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    m = a.size - a.size % 8
-    for j in range(0, m, 8):
-        s0 += a[j]
-        s1 += a[j + 1]
-        s2 += a[j + 2]
-        s3 += a[j + 3]
-        s4 += a[j + 4]
-        s5 += a[j + 5]
-        s6 += a[j + 6]
-        s7 += a[j + 7]
-    total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-    for j in range(m, a.size):
-        total += a[j]
-    return total
-
-
-@numba.njit(cache=True, inline="always")
-def lane_max(a):
-    """Largest entry of a non-empty 1-d array, in eight lanes (see ``lane_sum``)."""
-    m = a.size - a.size % 8
-    if m == 0:
-        top = a[0]
-        for j in range(1, a.size):
-            top = max(top, a[j])
-        return top
-    s0, s1, s2, s3, s4, s5, s6, s7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-    for j in range(8, m, 8):
-        s0 = max(s0, a[j])
-        s1 = max(s1, a[j + 1])
-        s2 = max(s2, a[j + 2])
-        s3 = max(s3, a[j + 3])
-        s4 = max(s4, a[j + 4])
-        s5 = max(s5, a[j + 5])
-        s6 = max(s6, a[j + 6])
-        s7 = max(s7, a[j + 7])
-    top = max(max(max(s0, s1), max(s2, s3)), max(max(s4, s5), max(s6, s7)))
-    for j in range(m, a.size):
-        top = max(top, a[j])
-    return top
 
 
 # The weight rules with a branch in ``attention_weights``: ``check_compiled`` refuses any other.
@@ -175,7 +134,7 @@ def attention_weights(flow, s, beta, rowmax, rowsum):
         for i in range(n):
             if flow.mask == MaskRule.NONE:
                 m = lane_max(s[i])
-            elif flow.mask == MaskRule.CAUSAL:  # a plain loop: lane_max on a slice costs every row 10%
+            elif flow.mask == MaskRule.CAUSAL:  # a plain loop: lane_max on a slice is slower
                 m = s[i, 0]
                 for j in range(1, i + 1):
                     m = max(m, s[i, j])
@@ -197,10 +156,10 @@ def attention_weights(flow, s, beta, rowmax, rowsum):
                 s[i, j] = bias - beta * s[i, j]
     else:
         # Unreachable: check_compiled refuses such a declaration by name before any compiled code
-        # runs. Poison, not raise: a raise here made every field evaluation 8% slower (measured).
+        # runs. Poison, not raise: a raise here slows every field evaluation.
         s[:, :] = np.nan
     _mask_rows(s, flow.mask)  # masked entries may exceed exp's range: never exponentiate them
-    exp_inplace(flat(s))  # not s.ravel(): numba's reshape helper cost 1% of a small cell's run
+    exp_inplace(flat(s))  # not s.ravel(): numba's reshape helper costs a call per evaluation
     if kind == Weights.SIGMOID:
         for i in range(n):
             for j in range(n):
@@ -220,43 +179,6 @@ def row_scale(flow, f, rowsum):
         inv = 1.0 / rowsum[i]
         for k in range(d):
             f[i, k] *= inv
-
-
-@numba.njit(cache=True, inline="always")
-def copy_into(dst, src):
-    """``dst[:, :] = src`` for C-contiguous 2-d arrays of one shape, entry by entry in memory order. A
-    slice assignment would do, but its shape check and error message cost each function holding one
-    seconds of compilation (measured)."""
-    to, source = flat(dst), flat(src)
-    for i in range(source.size):
-        to[i] = source[i]
-
-
-@numba.njit(cache=True, inline="always")
-def transpose_into(x, xt):
-    """``xt[:, :] = x.T``: a plain column walk up to 4096 entries (L1's 32 KiB), by rows of eight
-    tokens above (``_transpose_by_rows``)."""
-    n, d = x.shape
-    if n * d > 4096:
-        _transpose_by_rows(x, xt)
-        return
-    for i in range(n):
-        for k in range(d):
-            xt[k, i] = x[i, k]
-
-
-@numba.njit(cache=True, inline="never")
-def _transpose_by_rows(x, xt):
-    """``xt[:, :] = x.T`` by rows of eight tokens, so that each write fills a cache line: a plain
-    column walk took 15 us for 128 tokens in d = 64, this 4.3 us, and below 4096 entries the plain
-    walk is twice as fast (measured). Not inlined: one copy of the loop for the engine's transposes."""
-    x, xt = borrow((x, xt))
-    n, d = x.shape
-    for i0 in range(0, n, 8):
-        i1 = min(i0 + 8, n)
-        for k in range(d):
-            for i in range(i0, i1):
-                xt[k, i] = x[i, k]
 
 
 @numba.njit(cache=True, inline="always")
@@ -280,9 +202,10 @@ def head_rows(x, hd, h, ws):
 def field(x, out, heads_ref, flow, beta, keep_scores, need_rows, work_ref):
     """Write ``dx/dt`` at ``x`` (n, d) into ``out``; intermediate results stay in the ``Workspace``.
 
-    ``heads_ref`` and ``work_ref`` are references (``borrow.by_reference``) to the trajectory's ``HeadArrays``
-    and ``Workspace``. ``keep_scores`` keeps the raw scores s^h_ij in ``ws.sraw``; ``need_rows`` makes
-    sure ``ws.y`` holds the rows ``M_h x_j`` also in the factored form (both for the observable groups).
+    ``heads_ref`` and ``work_ref`` are references (``machinery.by_reference``) to the trajectory's
+    ``HeadArrays`` and ``Workspace``. ``keep_scores`` keeps the raw scores s^h_ij in ``ws.sraw``;
+    ``need_rows`` makes sure ``ws.y`` holds the rows ``M_h x_j`` also in the factored form (both for the
+    observable groups).
     """
     x, out = borrow((x, out))
     hd, ws = dereference(heads_ref), dereference(work_ref)
@@ -307,8 +230,7 @@ def field(x, out, heads_ref, flow, beta, keep_scores, need_rows, work_ref):
         elif hd.form == Form.DIAGONAL or hd.form == Form.DENSE:
             # A product per head, not one for every head ([Y_1; ...; Y_H] X^T): OpenBLAS computes
             # rows at the tail of a block with another kernel, so a head's scores would depend on
-            # where its rows sit in the stack (last bits, at n = 3 or 17, say), and the one product
-            # gained 7% at n = d = 8 and lost 8% at n = d = 64, H = 8 (measured).
+            # where its rows sit in the stack (last bits, at n = 3 or 17, say).
             head_rows(x, hd, h, ws)
             matmul(ws.y[h], ws.xt, s)  # s_ij = <M_h x_i, x_j>
         else:  # unreachable: every Form has a branch (checked at import); poison, as attention_weights

@@ -16,10 +16,8 @@ import numba
 import numpy as np
 
 from ..attention import Energy, Entropy, MaskRule, Weights
-from .blas import matmul, padded
-from .borrow import borrow, dereference
-from .expo import exp_inplace
-from .field import attended, copy_into, lane_sum, transpose_into
+from .field import attended
+from .machinery import borrow, copy_into, dereference, exp_inplace, lane_sum, matmul, transpose_into
 
 
 class Group(IntEnum):
@@ -52,7 +50,7 @@ Outputs = namedtuple(
 #   row (n,): one row's terms, summed by ``lane_sum``
 #   p (n, n), m, z (n,): row-stochastic softmax weights, their shift and normaliser (``_softmax_parts``)
 #   sdot (H, n, n): score rates ds^h_ij/dt of every head (``_score_rates``), sdot_rows (H n, n) a view
-#   with the heads' rows stacked;  xdt (d, n): (dX/dt)^T, rows padded (``blas.padded``)
+#   with the heads' rows stacked;  xdt (d, n): (dX/dt)^T
 #   seen, stack (n,) int64: ``count_clusters``' search
 Scratch = namedtuple("Scratch", "gram p py sdot sdot_rows xdt fnorm radial seen stack row m z")
 
@@ -61,7 +59,7 @@ Scratch = namedtuple("Scratch", "gram p py sdot sdot_rows xdt fnorm radial seen 
 def scratch(n, d, H):
     sdot = np.empty((H, n, n))
     return Scratch(np.empty((n, n)), np.empty((n, n)), np.empty((n, d)), sdot, sdot.reshape(H * n, n),
-                   padded(d, n), np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64),
+                   np.empty((d, n)), np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64),
                    np.empty(n, np.int64), np.empty(n), np.empty(n), np.empty(n))
 
 
@@ -119,8 +117,8 @@ def count_clusters(gram, level, seen, stack):
     upper triangle decides, for both directions), by depth-first search.
 
     Each token's row is scanned once, when it leaves the stack: n^2 comparisons
-    and no finds. A union-find over the pairs cost 127 us of each sample at
-    n = 128 once the tokens clustered and every pair was an edge (measured).
+    and no finds (a union-find over the pairs is slow once the tokens cluster and
+    every pair is an edge).
     ``seen`` and ``stack``: (n,) int64 scratch.
     """
     gram, seen, stack = borrow((gram, seen, stack))
@@ -292,8 +290,7 @@ def _score_rates(xdot, ws, sc):
     """``ds^h_ij/dt = <xdot_i, y^h_j> + <xdot_j, y^h_i>`` (symmetric M_h) of every head into ``sc.sdot``.
 
     One product for all heads, ``D = [Y_1; ...; Y_H] (dX/dt)^T`` with ``D^h_ij = <y^h_i, xdot_j>``,
-    on a transposed copy of dX/dt: a transposed operand, or a product per head, cost 1.6-2.5x
-    more at n = d = 8 and 1.7x at n = d = 32 (measured).
+    on a transposed copy of dX/dt: a transposed operand, or a product per head, is slower.
     """
     H = ws.y.shape[0]
     transpose_into(xdot, sc.xdt)
@@ -398,8 +395,8 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, work_ref,
     """Write the variables of the groups ``sampling`` wants at state ``x`` (velocity ``xdot``) into
     the ``Outputs``' ``[b, t]``.
 
-    ``work_ref``, ``scratch_ref`` and ``out_ref`` are references (``borrow.by_reference``) to the trajectory's
-    ``Workspace``, its ``Scratch`` and the batch's ``Outputs``.
+    ``work_ref``, ``scratch_ref`` and ``out_ref`` are references (``machinery.by_reference``) to the
+    trajectory's ``Workspace``, its ``Scratch`` and the batch's ``Outputs``.
     When ``sampling.field``, ``ws`` must hold the evaluation of the field at
     ``x`` (with the raw scores if ``sampling.keep_scores``, and the rows). ``shared_rows``: the head
     outputs are ``W_h`` times the rows ``M_h x_j`` (value alignment), so

@@ -4,15 +4,15 @@ Every thread runs the same ``nogil`` kernel, which takes the next trajectory
 from a shared counter (an atomic fetch-and-add) until none is left: dynamic
 scheduling, one trajectory at a time, so a slow trajectory or a busy core
 never holds a block of others back. This replaced numba's ``parallel=True``
-``prange``, whose parallel-loop lowering cost about 9 s of the first job's
-compilation for each entry point (measured), for a loop that needs none of it.
+``prange``, whose parallel-loop lowering cost seconds of the first job's
+compilation for each entry point, for a loop that needs none of it.
 The arithmetic of a trajectory does not depend on the thread that runs it.
 
 Before its first run in a process, a kernel is compiled for the batch's types,
 or loaded from numba's cache, under a lock shared by every process of this user
 on this machine that runs this installed engine into the same numba cache
 (``compile_once``): jobs that start together on a fresh install compile the
-engine once (25-60 s) and the others load that cache, instead of each compiling
+engine once and the others load that cache, instead of each compiling
 it again side by side. Processes of another install or another cache do not
 wait for it: they would compile all the same. The lock file lives in the
 user's own cache directory, beside numba's (``lock_directory``), never in the
@@ -92,7 +92,7 @@ def compile_once(kernel, args) -> None:
     locks) it says so and compiles without one: a wait saves time, it is never needed for
     correctness."""
     if kernel.overloads:  # ready in this process: the engine has one specialisation per kernel
-        return  # (typing the arguments again would cost 1% of a small cell's simulate())
+        return  # (typing the arguments again costs a small cell's simulate() time)
     signature = tuple(numba.typeof(a) for a in args)
     try:
         path = compile_lock()

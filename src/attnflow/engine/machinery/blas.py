@@ -3,14 +3,8 @@
 numba's ``np.dot`` reaches the same ``dgemm`` (scipy's ``cython_blas``, whose
 BLAS ``threadpoolctl`` limits) through a generic wrapper: layout checks, then a
 helper that dispatches on the dtype, then the call. On the small products of a
-small cell the wrapper cost as much as the product: an 8x8x8 product took 60 ns
-through ``np.dot`` and 32 ns through ``matmul`` (measured), a fifth of a field
-evaluation at n = d = 8. Up to 10^6 multiply-adds the call is the one ``np.dot``
-makes, so results are bit-identical to it.
-
-Where OpenBLAS runs its AVX-512 kernels, the smallest products skip the call:
-``tiles.small_product`` sums each entry as those kernels do, in vector
-registers, for the same bits in less time (``tiled`` says which products).
+small cell the wrapper costs as much as the product. Up to 10^6 multiply-adds
+the call is the one ``np.dot`` makes, so results are bit-identical to it.
 
 The kernels call the symbol ``attnflow_dgemm``, registered with the JIT's linker
 in each process (``llvmlite.binding.add_symbol``) as numba does for its own
@@ -20,21 +14,15 @@ A product above 10^6 multiply-adds whose right operand is small is taken in
 panels of rows (``panel_rows``) where BLAS is an OpenBLAS with AVX-512 kernels:
 it computes a product of at most 10^6 multiply-adds with a kernel that reads the
 operands in place, and first copies a larger one into packed blocks, which at
-these sizes costs more than it saves. The scores ``Y X^T`` and the head output
-``W Y`` of a cell of 128 tokens in d = 64 took 31 us each, in two panels 22 us
-(one thread, measured), and a field evaluation there 17% less time. On AVX2
-kernels (OpenBLAS told to use Haswell's) panels were 6-22% slower, and other
-BLAS libraries have no such bound: there every product is one call. The unpacked
-kernel sums each entry's products in another order than the packed one on some
-shapes (300 x 16 x 300: 2% of the entries differ in the last bit), hence
-``NUMERICS_VERSION`` 3.
-Operands may have rows further apart than their width (``padded``): BLAS takes
-each matrix's leading dimension from its strides. The unpacked kernel reads the
-right operand's rows in turn, and rows a multiple of 512 bytes apart fall in the
-same few sets of the L1 cache: the scores ``Y X^T`` at 128 tokens in d = 64
-took 35 us with ``X^T``'s rows 1 KiB apart, 26-27 us with them a cache line
-further (one thread, measured). The arithmetic does not depend on where the
-rows are, so results are the same.
+these sizes costs more than it saves. On AVX2 kernels panels are slower, and
+other BLAS libraries have no such bound: there every product is one call. The
+unpacked kernel sums each entry's products in another order than the packed
+one on some shapes (the last bit of a few entries), hence ``NUMERICS_VERSION`` 3.
+
+Operands may be views whose rows sit further apart than their width: BLAS takes
+each matrix's leading dimension from its strides.
+
+What each of these buys, measured: docs/performance.md, "Engine machinery".
 """
 
 from __future__ import annotations
@@ -46,15 +34,19 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import get_cython_function_address, intrinsic, overload
 
-from .attributes import always_inline
 from .blas_info import PANELS
 from .borrow import as_c, borrow
-from .tiles import is_matrix, small_product
 
 _SYMBOL = "attnflow_dgemm"
 llvm.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_blas", "dgemm"))
 
 _FORTRAN_INT = ir.IntType(32)  # scipy's cython_blas takes LP64 (32-bit) integers
+
+
+def is_matrix(ty) -> bool:
+    """A float64 matrix type, C-contiguous or a view of one whose rows may be further apart ('A'): what
+    ``_dgemm`` takes."""
+    return isinstance(ty, types.Array) and ty.ndim == 2 and ty.dtype == types.float64 and ty.layout in "CA"
 
 
 @intrinsic
@@ -95,20 +87,11 @@ def _dgemm(typingctx, a, b, out):
     return types.none(a, b, out), codegen
 
 
-# Products of at most this many multiply-adds go to ``tiles.small_product`` where ``tiled`` allows: an
-# 8x8x8 product took 37 against 59 ns through BLAS, 12x12x12 75 against 115, 24x24x24 490 against 533,
-# 32x32x32 about the same (one thread, AMD Zen 4, measured).
-TILED_PRODUCT = 16_384
-# From this depth on, OpenBLAS's unpacked kernel sums the entries of the last 1-4 columns of ``out``
-# (the last rows of its column-major C) as dot products, eight partial sums then a reduction
-# (kernel/x86_64/dgemm_small_kernel_nn_skylakex.c), not as one chain per entry.
-DOT_STYLE_DEPTH = 16
 # OpenBLAS's bound for its unpacked kernels (kernel/x86_64/dgemm_small_kernel_permit_skylakex.c); whether
 # the BLAS has them is ``PANELS`` (blas_info.py).
 SMALL_PRODUCT = 1_000_000
 # Panels only while the right operand stays in cache (128 KiB): the unpacked kernel reads it again for
-# each panel. With a larger one (32 tokens in d = 512: X M_h in 11 panels of 3 rows) a field evaluation
-# took 3.5 times as long (measured).
+# each panel, and a larger one made a field evaluation several times slower.
 PANEL_OPERAND = 16_384
 
 
@@ -122,37 +105,10 @@ def panel_rows(m, k, n):
     return SMALL_PRODUCT // (k * n)
 
 
-# Rows of at least this many entries (1 KiB) are padded by a cache line (``padded``): at 64 tokens a
-# field evaluation was no faster with them (measured).
-PAD_FROM = 128
-_PAD = 8
-
-
-@numba.njit(cache=True)
-def padded(rows, cols):
-    """An uninitialised (rows, cols) matrix for a product's operand: from ``PAD_FROM`` columns on, its
-    rows sit one cache line (8 entries) further apart than their width, so that a power-of-two width
-    does not put them in the same cache sets (see the module's docstring). A view, layout 'A',
-    whatever the width: one compiled type."""
-    pad = _PAD if cols >= PAD_FROM else 0
-    return np.empty((rows, cols + pad))[:, :cols]
-
-
-@numba.njit(cache=True, inline="always")
-def tiled(m, k, n):
-    """Whether ``out = a @ b`` ((m, k) by (k, n)) goes to ``tiles.small_product``: where BLAS has the
-    unpacked kernels (``PANELS``) and they sum every entry as one chain of fused multiply-adds, as the
-    tiles do, so a product's bits stay BLAS's (checked over every shape up to ``TILED_PRODUCT``,
-    tests/test_tiles.py); up to ``TILED_PRODUCT`` multiply-adds. Elsewhere other kernels sum in
-    other orders (OpenBLAS's AVX2 ones on 3 x 8 x 4, say): BLAS keeps those products."""
-    return (PANELS and m * k * n <= TILED_PRODUCT
-            and (k < DOT_STYLE_DEPTH or n % 8 == 0 or n % 8 > 4))
-
-
 @numba.njit(cache=True)
 def matmul(a, b, out):
     """``out = a @ b`` for float64 matrices whose rows each hold adjacent entries (C-contiguous, or
-    ``padded``): ``np.dot(a, b, out)`` without its wrapper; in panels of rows above 10^6
+    views of rows of wider matrices): ``np.dot(a, b, out)`` without its wrapper; in panels of rows above 10^6
     multiply-adds where ``panel_rows`` says so.
 
     Shapes that do not match, or rows whose entries are not adjacent (a bug in the caller: the
@@ -162,10 +118,10 @@ def matmul(a, b, out):
     ``field.attention_weights``). Dimensions stay far below 2^31, the range of BLAS's integers, for
     any cell the resources allow.
 
-    Inlined by LLVM at each product (``always_inline``), compiled once by numba: numba's own
-    ``inline="always"`` cost the first compilation 8-16 s of 57-61 (measured).
+    A call, compiled once: inlined at each of the engine's products (by numba or by LLVM) the
+    first compilation took longer for no speed that counts (docs/performance.md, "Engine machinery").
     """
-    always_inline()
+    a, b, out = borrow((a, b, out))
     m, k = a.shape
     n = b.shape[1]
     if (b.shape[0] != k or out.shape[0] != m or out.shape[1] != n
@@ -176,9 +132,6 @@ def matmul(a, b, out):
         return
     if m <= 1 or n <= 1 or k == 0:
         _row_or_column(a, b, out)
-        return
-    if tiled(m, k, n):
-        small_product(a, b, out)
         return
     rows = panel_rows(m, k, n)
     if rows >= m:
@@ -191,9 +144,9 @@ def matmul(a, b, out):
 def _row_or_column(a, b, out):
     """``out = a @ b`` for a row or a column, or an empty sum. np.dot takes a matrix-vector product
     there (another summation, so another result in the last bit) and handles the empty cases: keep its
-    results. It takes C-contiguous operands only; a padded one (no earlier version had them) goes to
-    BLAS's product (np.dot on copies cost every first compilation 6 s, measured). Not inlined: one copy
-    for the engine's 15 products, not one each."""
+    results. It takes C-contiguous operands only; a view of rows of a wider matrix goes to
+    BLAS's product (np.dot on copies would cost every first compilation its own seconds). Not inlined:
+    one copy for the engine's products, not one each."""
     a, b, out = borrow((a, b, out))
     if _contiguous(a) and _contiguous(b) and _contiguous(out):
         np.dot(as_c(a), as_c(b), as_c(out))
@@ -208,7 +161,7 @@ def _row_or_column(a, b, out):
 @numba.njit(cache=True, inline="never")
 def _in_panels(a, b, out, rows):
     """``out = a @ b`` in balanced panels of at most ``rows`` rows. Not inlined: one copy of the loop,
-    not one at each of the engine's 15 products, whose compilation it made 6-8 s longer (measured)."""
+    not one at each of the engine's products (compile time)."""
     a, b, out = borrow((a, b, out))
     m = a.shape[0]
     count = (m + rows - 1) // rows
@@ -242,7 +195,7 @@ def _adjacent(matrix):
 
 @_true_when_typed_c
 def _contiguous(matrix):
-    """Whether ``matrix`` is C-contiguous in memory, whatever its type says (a padded matrix of one row
+    """Whether ``matrix`` is C-contiguous in memory, whatever its type says (a view of one row
     is)."""
     if matrix.size == 0:
         return True

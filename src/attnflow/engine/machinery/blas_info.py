@@ -1,7 +1,7 @@
 """The BLAS loaded in the process: its libraries, whose threads the engine limits, and whether it has
-the kernels the products' panels are for (``PANELS``, engine/blas.py).
+the kernels the products' panels are for (``PANELS``, blas.py).
 
-No compiled code here: the engine's cache stamp reads ``PANELS`` (engine/cache.py) while the modules
+No compiled code here: the engine's cache stamp reads ``PANELS`` (cache.py) while the modules
 with compiled functions are still being imported.
 """
 

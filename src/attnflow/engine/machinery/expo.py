@@ -5,14 +5,11 @@ then its results depend on whether it is. This one is plain arithmetic that
 LLVM vectorises: Cody-Waite reduction ``x = k ln 2 + r``, ``|r| <= ln(2)/2``,
 a degree-13 Taylor polynomial (truncation below 5e-18 relative) in Horner
 form with fused multiply-adds where the CPU has them (``fastmath`` allows
-contraction only, no reassociation: 25% faster on this machine), and ``2^k``
-assembled from its exponent bits in a register (``_from_bits``: no scratch
-array and no second pass; 0.81 against 0.91 ns an entry at 16384 entries, the
-same at 64). In 512-bit registers where the CPU has them (``wide_vectors``:
-0.62 against 0.95 ns an entry on Skylake-X, bit for bit the same results; on
-AMD's Zen 4, whose 512 bits LLVM takes anyway, unchanged). Measured within 1
-ulp of the correctly rounded result (tests/test_engine.py), with or without
-SVML installed.
+contraction only, no reassociation), and ``2^k`` assembled from its exponent
+bits in a register (``_from_bits``: no scratch array and no second pass). In
+512-bit registers where the CPU has them (``wide_vectors``; bit for bit the
+same results). Measured within 1 ulp of the correctly rounded result
+(tests/test_engine.py), with or without SVML installed.
 Arguments below -708 return ``exp(-708)`` (~3e-308) rather than a subnormal,
 and from 709.44 (where ``k`` reaches 1024) ``+inf``, below float64's own
 overflow at 709.78;
@@ -30,7 +27,6 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from .attributes import wide_vectors
 from .borrow import borrow
 
 _LOG2E = 1.4426950408889634
@@ -40,6 +36,9 @@ _LOWEST = -708.0
 # Above ln(max float64) ~ 709.78, 2^k with k = 1024 assembles to +inf: clamping here keeps k from
 # wrapping the exponent bits into the sign bit (exp(711) would come out as -1.9e-308).
 _HIGHEST = 710.0
+# A function attribute (LLVM's IR text; llvmlite's attribute set takes LLVM's keyword attributes only,
+# its add() checks them, and prints a key-value one as it is).
+WIDE_VECTORS = '"prefer-vector-width"="512"'
 (_C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13) = (
     1.0 / math.factorial(k) for k in range(14)
 )
@@ -55,6 +54,21 @@ def _from_bits(typingctx, bits):
         return builder.bitcast(args[0], ir.DoubleType())
 
     return types.float64(types.int64), codegen
+
+
+@intrinsic
+def wide_vectors(typingctx):
+    """Mark the calling compiled function for 512-bit vectors: on Intel's CPUs with AVX-512 (Skylake-X
+    and later) LLVM vectorises loops in 256-bit registers unless a function asks for more (on the
+    first such CPUs, 512-bit instructions lowered the clock). Where LLVM already takes 512 bits (AMD's
+    Zen 4) or the CPU has no such registers, nothing changes. Only the loops' width changes, not an
+    operation (no reassociation): every result is the same bit for bit."""
+
+    def codegen(context, builder, sig, args):
+        set.add(builder.function.attributes, WIDE_VECTORS)
+        return context.get_dummy_value()
+
+    return types.none(), codegen
 
 
 @numba.njit(cache=True, fastmath={"contract"})

@@ -21,14 +21,14 @@ from pathlib import Path
 
 from numba.core import caching
 
-ENGINE_DIR = Path(__file__).resolve().parent
+ENGINE_DIR = Path(__file__).resolve().parents[1]
 # Besides the engine's own modules: the enums whose values the compiled code takes as constants.
 _READ_BY_THE_ENGINE = ("attention.py", "heads.py")
 
 
 def sources() -> list[Path]:
-    """The files the compiled engine is built from."""
-    return sorted(ENGINE_DIR.glob("*.py")) + [ENGINE_DIR.parent / name for name in _READ_BY_THE_ENGINE]
+    """The files the compiled engine is built from: every source under engine/, machinery included."""
+    return sorted(ENGINE_DIR.rglob("*.py")) + [ENGINE_DIR.parent / name for name in _READ_BY_THE_ENGINE]
 
 
 def stamp(paths) -> bytes:
@@ -57,7 +57,7 @@ class _EngineStamped:
 
     @classmethod
     def from_function(cls, py_func, py_file):
-        if Path(py_file).resolve().parent != ENGINE_DIR:
+        if ENGINE_DIR not in Path(py_file).resolve().parents:
             return None
         return super().from_function(py_func, py_file)
 

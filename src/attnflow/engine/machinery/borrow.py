@@ -6,16 +6,14 @@ to an inlined helper costs 28 atomic operations. Where many threads share an
 array (the heads, the outputs) those operations also contend for one cache line.
 The loop's arrays all live for the whole integration of a trajectory, so it
 works on borrowed views: the same data and shape with no owner, which numba's
-reference counting skips (a null check, no atomic). Measured at n = d = 8: the
-loop's observables cost 25-35% more with counted records (issue 15).
+reference counting skips (a null check, no atomic).
 
 Each compiled function of the loop that is not inlined borrows its array
 arguments again on entry, although its callers pass borrowed views: compiled on
 its own, a function cannot know that, and calls numba's reference counting
 (a function call, then the null check) for every view it takes. Borrowed in the
 function itself, the owner is a constant null and the compiler drops those
-calls. Measured at n = d = 8, 64 trajectories, every observable: ``solve`` took
-22.2 ms before, 14.8 ms after, with bit-identical results.
+calls; results are bit-identical.
 
 A borrowed view must not outlive its owner: borrow only arrays whose owner is
 bound for longer (an argument of the caller, or a variable used again after the
@@ -24,8 +22,9 @@ borrowed views, see ``keep``).
 Records go to the loop's compiled functions by reference (``by_reference``,
 ``dereference``). numba passes a record by value as every scalar of every
 array in it: ``field`` took 233 arguments and ``measure`` 446, most of them
-written to the stack at each call, and 90% of the integrator's own time at
-n = d = 8 went to writing them (``perf``, measured). A reference is one pointer.
+written to the stack at each call. A reference is one pointer.
+
+What each of these buys, measured: docs/performance.md, "Engine machinery".
 """
 
 from __future__ import annotations
@@ -71,8 +70,8 @@ def keep(value):
 def flat(typingctx, array):
     """A C-contiguous ``array`` as a borrowed 1-d view of all its entries, in memory order.
 
-    One loop over the n d entries of a small state instead of a loop per token: at n = d = 8 the
-    integrator's stage sums took half the time (measured). ``array.ravel()`` gives the same view
+    One loop over the n d entries of a small state instead of a loop per token, which vectorises
+    where a token's d entries are too few. ``array.ravel()`` gives the same view
     but calls numba's reshape helper each time. Borrowed, so the same rule as ``borrow`` holds.
     """
     if not (isinstance(array, types.Array) and array.layout == "C"):
@@ -88,8 +87,8 @@ def flat(typingctx, array):
 
 @intrinsic
 def as_c(typingctx, matrix):
-    """A 2-d array whose entries are C-contiguous in memory, whatever its type says (a padded matrix of
-    one row, say), typed C-contiguous: a borrowed view, for what takes C-contiguous arrays only
+    """A 2-d array whose entries are C-contiguous in memory, whatever its type says (one row of a wider
+    matrix, say), typed C-contiguous: a borrowed view, for what takes C-contiguous arrays only
     (``np.dot`` with an output). The caller checks the memory (``blas._contiguous``)."""
     if not (isinstance(matrix, types.Array) and matrix.ndim == 2):
         return None
