@@ -54,9 +54,10 @@ MODEL_OVER_CPU = 18.0
 # against the measured fixed cost (its stiff cells are small fields, where that cost dominates).
 BUDGET_OVER_CPU = resources.SECONDS_PER_CALL / resources.MEASURED_SECONDS_PER_CALL
 # Compiling the engine where numba's cache is empty (resources.STARTUP_SECONDS
-# allows for it in every request), once per node and cache: measured 24 s on a Skylake-X, 42-49 s on
-# an AMD Zen 4 with numba 0.68 (docs/performance.md). The plan allows for the slower machine.
-COMPILE_SECONDS = 45.0
+# allows for it in every request), once per node and cache: measured 24 s on a Skylake-X, 38-42 s on
+# an AMD Zen 4 with numba 0.68 since the tiles were retired (docs/performance.md). The plan allows for the
+# slower machine.
+COMPILE_SECONDS = 40.0
 # resources.gpu_compute_seconds over diffrax measured on one H200 (issue 40; H = 4 dense heads, float64,
 # compilation excluded): 13x at n = 128 (8 seeds), 16x at n = 512 (64 seeds), 18x at n = 2048 (16 seeds).
 # The smallest, so that a plan on another GPU errs long.

@@ -170,8 +170,8 @@ def _span_basis(x0, form, head_arrays) -> np.ndarray | None:
 
 def _outputs(groups, B, T, H, n, d) -> Outputs:
     """Output arrays of the wanted groups, uninitialised, the others empty: the compiled code writes every
-    sample a trajectory reaches, and ``_blank_unreached`` the rest. (Filling them with NaN first cost
-    1.2 ms of the 19 ms ``simulate()`` of 64 seeds at n = d = 8, measured.)"""
+    sample a trajectory reaches, and ``_blank_unreached`` the rest (filling them with NaN first is a
+    measurable share of a small cell: docs/performance.md)."""
     arrays = {}
     for group in GROUPS:
         wanted = group.name in groups
