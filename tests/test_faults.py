@@ -30,9 +30,9 @@ def _poisoned_solvers(poison):
     def solver_for(cell):
         real = real_for(cell)
 
-        def solve(*args, **kwargs):
-            result = real(*args, **kwargs)
-            if kwargs["rtol"] == cell.rtol:
+        def solve(problem, controller, *args, **kwargs):
+            result = real(problem, controller, *args, **kwargs)
+            if controller.rtol == cell.rtol:
                 poison(result)
             return result
         return solve

@@ -11,11 +11,7 @@ from __future__ import annotations
 import functools
 
 from .cell import ENGINES, Cell
-
-# Cost-model seconds (numba, the host's cores) above which ``auto`` takes the GPU: the JAX engine
-# compiles once per static configuration of a cell (its rules, groups, tolerances and shapes), seconds to
-# tens of seconds, which a smaller cell would not win back.
-AUTO_GPU_SECONDS = 30.0
+from .resources import AUTO_GPU_SECONDS, large_for_gpu  # noqa: F401  (re-exported)
 
 
 @functools.lru_cache(maxsize=1)
@@ -26,9 +22,7 @@ def _gpu_visible() -> bool:
 
 
 def _auto(cell: Cell) -> str:
-    from .resources import cell_seconds
-
-    return "jax" if _gpu_visible() and cell_seconds(cell) > AUTO_GPU_SECONDS else "numba"
+    return "jax" if _gpu_visible() and large_for_gpu(cell) else "numba"
 
 
 def _numba_solver():

@@ -285,9 +285,14 @@ def gpu_cell_seconds(cell: Cell) -> float:
     return GPU_COMPILE_SECONDS + gpu_compute_seconds(cell)
 
 
-def _large(cell: Cell) -> bool:
-    from .engines import AUTO_GPU_SECONDS
+# Cost-model seconds (numba, the host's cores) above which ``auto`` takes the GPU: the JAX engine
+# compiles once per static configuration of a cell (its rules, groups, tolerances and shapes), seconds to
+# tens of seconds, which a smaller cell would not win back.
+AUTO_GPU_SECONDS = 30.0
 
+
+def large_for_gpu(cell: Cell) -> bool:
+    """Whether the cost model calls ``cell`` large enough for ``auto`` to take a GPU."""
     return cell_seconds(cell) > AUTO_GPU_SECONDS
 
 
@@ -296,11 +301,9 @@ def job_engine(cell: Cell, gpu: bool) -> str:
     on the job's machine, whose rule for ``auto`` takes the GPU when there is one and the cost model
     calls the cell large. Decided here, where the workflow plans the job: this machine may see no GPU
     (a cluster's login node), and must not wake one (``gpu_visible_here``)."""
-    from .engines import engine_for
-
-    if cell.engine != "auto":
-        return engine_for(cell)
-    return "jax" if gpu and _large(cell) else "numba"
+    if cell.engine != "auto":  # an explicit choice names its engine
+        return cell.engine
+    return "jax" if gpu and large_for_gpu(cell) else "numba"
 
 
 def gpu_request(cells: Iterable[Cell], gpus: bool, declared: int | None = None) -> int:
@@ -310,7 +313,7 @@ def gpu_request(cells: Iterable[Cell], gpus: bool, declared: int | None = None) 
     runs on the job's CPU cores)."""
     if declared == 0:
         return 0
-    return int(any(c.engine == "jax" or (c.engine == "auto" and gpus and _large(c)) for c in cells))
+    return int(any(c.engine == "jax" or (c.engine == "auto" and gpus and large_for_gpu(c)) for c in cells))
 
 
 def batch_engines(cells: Iterable[Cell], gpus: bool, declared: int | None = None) -> list[str]:
@@ -361,7 +364,8 @@ def gpu_visible_here() -> bool:
     return proc.returncode == 0 and proc.stdout.strip().endswith("1")
 
 
-__all__ = ["MAX_CELL_BYTES", "Size", "batch_engines", "calls", "cell_bytes", "cell_seconds",
+__all__ = ["AUTO_GPU_SECONDS", "MAX_CELL_BYTES", "Size", "batch_engines", "calls", "cell_bytes",
+           "cell_seconds", "large_for_gpu",
            "exhausts_budget", "flops_per_call", "gpu_cell_seconds", "gpu_compute_seconds", "gpu_request",
            "gpu_visible_here", "job_bytes", "job_engine", "jobs_get_gpus", "memory_mb", "model_steps",
            "oversized", "recorded_bytes", "runtime_minutes", "size", "steps", "streams"]

@@ -88,8 +88,8 @@ class BetaStar(Experiment):
                   "d": 12, "t_max": 8.0, "n_samples": 41, "seeds": 16, "lambda_bar": 1.0,
                   "stop_at_cluster": True},
         "grid": {"attention": ["softmax", "usa"], "H": [2, 3], "heads": ["scalar", "block"],
-                 "n": [4, 8, 16, 32], "beta": [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]},
-        "batch_over": ["beta", "n"],
+                 "n": [4, 8, 16, 32], "beta": [0.25, 0.5, 1.0, 2.0, 4.0, 6.0]},
+        "batch_over": ["beta", "n", "heads"],
     }
     caption = ("Per (attention, H) column and head structure: the fraction of runs in which every "
                "head's energy is non-decreasing up to the clustering time (rows 1, 3) and the mean "

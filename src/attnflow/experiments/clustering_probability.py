@@ -39,7 +39,7 @@ class ClusteringProbability(Experiment):
                   "H": 2, "init": "uniform", "n": 32, "d": 32, "seeds": 64, "t_max": 60.0, "n_samples": 2,
                   "cluster_metric": "epsilon", "cluster_threshold": 1e-2, "stop_at_cluster": True},
         "grid": {"spread": [0.0, 0.8], "beta": [0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]},
-        "batch_over": ["beta"],
+        "batch_over": ["beta", "spread"],
     }
     caption = ("Fraction of runs clustered (epsilon = 1 - min cosine <= threshold) by time t, over "
                "(t, beta), softmax with scalar heads from uniform random tokens, one column per head "

@@ -81,7 +81,7 @@ class ClusteringTime(Experiment):
                   "rtol": 1e-8, "atol": 1e-11},
         "grid": {"attention": ["softmax", "relu"], "init": ["equiangular_typical", "uniform"],
                  "cluster_threshold": [0.5, 0.99], "n": [2, 4, 8, 16], "d": [64, 256, 1024, 4096]},
-        "batch_over": ["n", "d", "cluster_threshold"],
+        "batch_over": ["n", "d", "cluster_threshold", "init"],
     }
     caption = ("Thm 25, equal scalar heads. (a) relu and (b) softmax: time for the mean cosine to reach "
                "1/2 (filled) and 0.99 (open) from equiangular tokens with gamma0 = 1/sqrt(d), against n, "

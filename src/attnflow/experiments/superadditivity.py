@@ -41,7 +41,7 @@ class Superadditivity(Experiment):
         "grid": {"init": ["equiangular", "uniform"], "spread": [0.5, 0.9],
                  "lambda_dist": ["equal", "linear"],
                  "lambda_bar": [0.25, 0.5, 1.0, 2.0, 4.0], "beta": [0.5, 1.0, 2.0, 4.0]},
-        "batch_over": ["lambda_bar", "beta", "lambda_dist"],
+        "batch_over": ["lambda_bar", "beta", "lambda_dist", "spread"],
     }
     caption = ("Ratio of clustering times T(equal heads) / T(linear spread, same total) over the mean "
                "strength lambda_bar and beta; > 1 (red) means unequal heads cluster faster (Thm 22). "
