@@ -8,7 +8,7 @@ import pytest
 import xarray as xr
 
 from attnflow.config import load, validate
-from attnflow.pack import CELL, cell_values, group_cells, select, split
+from attnflow.pack import CELL, cell_values, group_attrs, group_cells, placement, select, split
 from attnflow.store import open_members, read_members, record_of, write
 from attnflow.sweep import cell_id
 
@@ -44,6 +44,17 @@ def test_cells_of_one_shape_share_a_group_and_come_back_exactly(tmp_path):
     assert set(back) == set(cells)
     for cid, ds in cells.items():
         xr.testing.assert_identical(back[cid], ds)  # values, dtypes, coordinates and attributes
+
+
+def test_group_attrs_gives_each_cell_its_own_attributes(tmp_path):
+    # The store's record lists its cells sorted by id; a group holds them in the batch's order. Ids not
+    # in sorted order catch a pairing by the record's order (attnflow status once named a block-heads
+    # cell's certificate after a scalar-heads cell this way).
+    cells = {"z": _cell(3, 0.5, 0), "b": _cell(3, 1.0, 1), "m": _cell(3, 2.0, 2)}
+    groups = group_cells(cells)
+    write(groups, tmp_path / "batch.zarr.zip", meta={"cells": placement(groups)})
+    attrs = group_attrs(tmp_path / "batch.zarr.zip")
+    assert {cid: a["cell_beta"] for cid, a in attrs.items()} == {"z": 0.5, "b": 1.0, "m": 2.0}
 
 
 def test_select_keeps_each_cells_attributes():

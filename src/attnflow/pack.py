@@ -107,18 +107,23 @@ def group_attrs(path) -> dict[str, dict]:
     (no array read); empty for a store that is not there or not readable."""
     import zipfile
 
+    import zarr
+
     from .store import UNREADABLE, record_of
 
     cells = record_of(path).get("cells") or {}
     out = {}
     try:
         with zipfile.ZipFile(path) as zf:
+            root = zarr.open_group(zarr.storage.ZipStore(path, mode="r"), mode="r")
             for group in dict.fromkeys(cells.values()):
                 common = json.loads(zf.read(f"{group}/.zattrs"))
                 varying = json.loads(common.pop(CELL_ATTRS, "[]"))
-                ids = [cid for cid, g in cells.items() if g == group]
+                # The group's own cell order (its CELL coordinate, one small array): the record lists the
+                # cells in another order (sorted), so pairing them with CELL_ATTRS by it mislabels them.
+                ids = [str(cid) for cid in root[group][CELL][:]]
                 out.update({cid: {**common, **v} for cid, v in zip(ids, varying, strict=True)})
-    except (*UNREADABLE, TypeError):
+    except (*UNREADABLE, TypeError, KeyError):
         return {}
     return out
 
