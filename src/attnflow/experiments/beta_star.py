@@ -84,7 +84,7 @@ class BetaStar(Experiment):
     observables = ("energy", "radial")
     defaults = {
         # Monotonicity is measured up to the clustering time: each run stops there.
-        "fixed": {"rtol": 1e-08, "atol": 1e-11,
+        "fixed": {"rtol": 1e-09, "atol": 1e-12,
                   "d": 12, "t_max": 8.0, "n_samples": 41, "seeds": 16, "lambda_bar": 1.0,
                   "stop_at_cluster": True},
         "grid": {"attention": ["softmax", "usa"], "H": [2, 3], "heads": ["scalar", "block"],
