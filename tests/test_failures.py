@@ -130,7 +130,7 @@ def test_status_names_each_failure_by_its_grid_point_with_a_remedy(failing_run, 
     # The axes in the config's order (write_config dumps the grid's keys sorted).
     assert any(line.startswith("failed seeds beta_star (H=2, attention=usa, beta=16, heads=scalar, n=4): "
                                "8 of 8 seeds failed: step budget of 5000 exhausted") for line in lines)
-    assert all("raise max_steps (now 5000) or loosen rtol (now 1e-08)" in line and "usa at beta = " in line
+    assert all("raise max_steps (now 5000) or loosen rtol (now 1e-09)" in line and "usa at beta = " in line
                for line in lines)
     assert "to force them: `snakemake --config retry_failures=True`" in out
 
