@@ -147,17 +147,32 @@ def test_a_store_of_another_engine_is_stale_and_recomputed(tmp_path, monkeypatch
     assert set(result.cells) == {cell_id(c) for c in cells}
 
 
-def test_auto_cells_are_stale_by_where_the_jobs_run(tmp_path):
-    # A record of large.yaml's largest batch, its cells computed by numba: current where the jobs get no
-    # GPU; stale where they get one (auto then sends them to the JAX engine).
+def test_auto_cells_keep_a_store_of_either_engine(tmp_path):
+    # large.yaml's largest batch: auto leaves the engine to the machine, so its cells computed by numba (a
+    # machine with no GPU) or by jax (results brought from a GPU machine) are current wherever the jobs
+    # run; recomputing them would throw hours away. An explicit engine must match (the test above).
     sweep = load_sweep(LARGE, results=tmp_path / "results")
     batch = max(sweep.batches, key=lambda b: sum(resources.cell_seconds(c) for c in sweep.batches[b]))
     record = {"cells": {cell_id(c): "" for c in sweep.batches[batch]}}
-    assert other_engines(sweep, batch, record, gpus=False) == {}
-    stale = other_engines(sweep, batch, record, gpus=True)
-    assert set(stale.values()) == {"computed by numba, this config asks for jax"}
-    assert other_engines(sweep, batch, {**record, "engines": dict.fromkeys(record["cells"], "jax")},
-                         gpus=True) == {}
+    assert {resources.job_engine(c, True) for c in sweep.batches[batch]} == {"jax"}  # a GPU would take them
+    for engine in ("numba", "jax"):
+        held = {**record, "engines": dict.fromkeys(record["cells"], engine)}
+        for gpus in (False, True):
+            assert other_engines(sweep, batch, held, gpus=gpus) == {}
+
+
+def test_a_job_keeps_an_auto_cell_computed_by_the_other_engine(tmp_path, monkeypatch):
+    from attnflow.sweep import run_batch
+
+    cell = Cell(engine="auto", n=4, d=4, seeds=2, t_max=0.5, n_samples=3)
+    layout = Layout(tmp_path / "results")
+    run_batch([cell], "energy-auto", layout, log=lambda *_: None)
+    monkeypatch.setattr(engines, "_gpu_visible", lambda: True)  # auto would now pick jax for a large cell
+    monkeypatch.setattr(resources, "AUTO_GPU_SECONDS", 0.0)
+    logs = []
+    result = run_batch([cell], "energy-auto", layout, log=logs.append)
+    assert not any("computed again" in line or "computed in" in line for line in logs), logs
+    assert result.engines == {cell_id(cell): "numba"}
 
 
 def test_large_config_plans_on_the_cpu_and_suggests_the_gpu(tmp_path, monkeypatch, capsys):

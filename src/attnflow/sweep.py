@@ -343,11 +343,12 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     error in the compiled code) is left out, its error returned, and the batch
     goes on. A ``MemoryError`` or a kill ends the job: the next run retries it.
     ``names``: cell id -> how the log names it (``cell_name``; default the id).
-    A stored cell that another engine computed than the one this job resolves
-    for it (``attnflow.engines.engine_for``: ``auto`` resolved on a machine with a
-    GPU, say, where the store's came from one without) is computed again: a
-    store never mixes engines silently. The store's record and the result name
-    each cell's engine.
+    A stored cell that another engine computed than the one its cell names
+    (``engine: numba`` or ``jax``) is computed again: a store never mixes engines
+    silently. A cell of ``engine: auto`` leaves the choice to the machine, and
+    keeps a store of either engine (results brought from a GPU machine are not
+    recomputed on the CPU). The store's record and the result name each cell's
+    engine.
     """
     import shutil
 
@@ -373,9 +374,10 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
             del have[cid]
         if again:
             log(f"retry_failed: {len(again)} cells with failed seeds computed again")
-    wanted = {cid: engine_for(cell) for cell, cid in zip(cells, ids, strict=True)}
+    # The engine each cell names; auto takes either (the store records which).
+    wanted = {cid: engine_for(cell) for cell, cid in zip(cells, ids, strict=True) if cell.engine != "auto"}
 
-    def other_engine(cid, ds) -> bool:  # computed by another engine than this job's for the cell
+    def other_engine(cid, ds) -> bool:  # computed by another engine than the cell names
         return cid in wanted and stored_engine(ds) != wanted[cid]
 
     for cid in [cid for cid, ds in have.items() if other_engine(cid, ds)]:

@@ -292,13 +292,15 @@ def engines_wanted(sweep: Sweep, batch: str, gpus: bool | None = None,
 def other_engines(sweep: Sweep, batch: str, record: dict, gpus: bool | None = None,
                   declared: int | None = None) -> dict[str, str]:
     """The cells a batch's manifest (or store) ``record`` holds that another engine computed than the
-    one the config asks for now (``engines_wanted``): cell id -> why (``sweep.engine_mismatch``)."""
+    one the config names for them (``engines_wanted``): cell id -> why (``sweep.engine_mismatch``). A
+    cell of ``engine: auto`` keeps a store of either engine (``run_batch``)."""
     held = recorded_engines(record)
     if not held:
         return {}
     wanted = engines_wanted(sweep, batch, gpus, declared)
+    auto = {cell_id(c) for c in sweep.batches.get(batch, ()) if c.engine == "auto"}
     return {cid: engine_mismatch(engine, wanted[cid]) for cid, engine in held.items()
-            if cid in wanted and engine != wanted[cid]}
+            if cid in wanted and cid not in auto and engine != wanted[cid]}
 
 
 def batch_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False, gpus: bool | None = None,
