@@ -70,11 +70,11 @@ def workspace(n, d, H, r, keep_scores, separate_values):
     )
 
 
-# The weight rules with a branch in ``attention_weights``: ``check_compiled`` refuses any other.
+# The weight rules with a branch in ``attention_weights``: ``contract.check_attention`` refuses any other.
 COMPILED_WEIGHTS = frozenset({Weights.SOFTMAX, Weights.EXP, Weights.RELU, Weights.SIGMOID})
 # The head forms with a branch in ``head_rows`` and ``field``.
 COMPILED_FORMS = frozenset({Form.DIAGONAL, Form.DENSE, Form.FACTORED})
-# The mask rules with a branch in ``attended`` and ``_mask_rows``: ``check_mask`` refuses any other.
+# The mask rules with a branch in ``attended`` and ``_mask_rows``: ``contract.check_mask`` refuses any other.
 COMPILED_MASKS = frozenset({MaskRule.NONE, MaskRule.CAUSAL})
 
 
@@ -155,7 +155,7 @@ def attention_weights(flow, s, beta, rowmax, rowsum):
             for j in range(n):
                 s[i, j] = bias - beta * s[i, j]
     else:
-        # Unreachable: check_compiled refuses such a declaration by name before any compiled code
+        # Unreachable: contract.check_attention refuses such a declaration by name before any compiled code
         # runs. Poison, not raise: a raise here slows every field evaluation.
         s[:, :] = np.nan
     _mask_rows(s, flow.mask)  # masked entries may exceed exp's range: never exponentiate them

@@ -166,7 +166,7 @@ def _add_transpose(c):
                     c[j, i] = total
 
 
-# The rules with a branch in ``measure``: ``check_compiled`` refuses any other.
+# The rules with a branch in ``measure``: ``engine.check_declarations`` refuses any other.
 # Metrics: branches of criterion_value, dopri._met and dopri._sampled_value.
 COMPILED_METRICS = frozenset({Metric.EPSILON, Metric.GAMMA_MEAN})
 COMPILED_ENERGIES = frozenset({Energy.EXP, Energy.SOFTPLUS})
@@ -450,7 +450,7 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, work_ref,
             energy, rate = _exp_energy(flow, h, beta, xdot, shared_rows, ws, sc)
         elif flow.energy == Energy.SOFTPLUS:
             energy, rate = _softplus_energy(flow, h, beta, xdot, shared_rows, ws, sc)
-        else:  # unreachable after check_compiled; poison rather than raise (see field.attention_weights)
+        else:  # unreachable after engine.check_declarations; poison, not raise (field.attention_weights)
             energy, rate = np.nan, np.nan
         out.energy[b, t, h] = energy
         out.energy_rate[b, t, h] = rate
@@ -461,7 +461,7 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, work_ref,
             _softmax_entropy(flow, h, beta, xdot, ws, sc, out, b, t)
         elif flow.entropy == Entropy.SIGMOID:
             _sigmoid_entropy(flow, h, beta, xdot, ws, sc, out, b, t)
-        else:  # unreachable after check_compiled; poison rather than raise
+        else:  # unreachable after engine.check_declarations; poison rather than raise
             out.entropy[b, t, h] = np.nan
             out.entropy_rate[b, t, h] = np.nan
 

@@ -37,9 +37,10 @@ The rules the math keeps, each the reason the names above are fast:
    ``by_reference(record)``, made once per trajectory; the callee reads them
    with ``dereference(ref)``. Never return or store a reference.
 3. **Never raise.** Compiled code has no exceptions: the Python side refuses
-   bad input by name first (``engine.check_compiled``, ``check_mask``,
-   ``_check_batch``). A branch that cannot be reached writes NaN (or returns
-   False/0), which the finite checks report.
+   bad input by name first (``attnflow.contract``'s ``check_attention``,
+   ``check_mask``, ``check_batch``; ``engine.check_declarations`` at import). A
+   branch that cannot be reached writes NaN (or returns False/0), which the
+   finite checks report.
 4. **No default branch.** A dispatch over a declaration (``Weights``,
    ``MaskRule``, ``Form``, ``Metric``, ...) names every member; its final
    ``else`` only poisons (rule 3). tests/test_engine_dispatch.py reads the sources.
