@@ -58,7 +58,8 @@ def test_only_jobs_with_a_cell_on_jax_ask_for_a_gpu():
     assert resources.gpu_request([LARGE_AUTO], gpus=False) == 0
     # --resources gpu=0: no job asks (the JAX engine runs on the CPU), and auto stays on numba
     assert resources.gpu_request([Cell(engine="jax"), LARGE_AUTO], gpus=False, declared=0) == 0
-    assert resources.batch_engines([LARGE_AUTO, SMALL_AUTO], gpus=True) == ["jax", "numba"]
+    gpu = bool(resources.gpu_request([LARGE_AUTO, SMALL_AUTO], gpus=True))
+    assert [resources.job_engine(c, gpu) for c in (LARGE_AUTO, SMALL_AUTO)] == ["jax", "numba"]
     assert resources.jobs_get_gpus(4) and not resources.jobs_get_gpus(0)
 
 
@@ -157,8 +158,7 @@ def test_auto_cells_keep_a_store_of_either_engine(tmp_path):
     assert {resources.job_engine(c, True) for c in sweep.batches[batch]} == {"jax"}  # a GPU would take them
     for engine in ("numba", "jax"):
         held = {**record, "engines": dict.fromkeys(record["cells"], engine)}
-        for gpus in (False, True):
-            assert other_engines(sweep, batch, held, gpus=gpus) == {}
+        assert other_engines(sweep, batch, held) == {}
 
 
 def test_a_job_keeps_an_auto_cell_computed_by_the_other_engine(tmp_path, monkeypatch):

@@ -14,15 +14,15 @@ from .numerics import CERTIFICATE_BOUND
 STATES = ("done", "missing", "failed", "corrupt", "interrupted", "stale")
 
 
-def sweep_status(sweep, deep: bool = False, gpus: int | None = None) -> dict[str, dict]:
+def sweep_status(sweep, deep: bool = False) -> dict[str, dict]:
     """Per experiment: its cells by state, each batch's store checked as every start of the workflow
     does (its size and time against its manifest), or against its completion record, every byte, with
-    ``deep``; ``stale``: written under another numerics version, or by another engine than the config
-    asks for (``gpus``: as ``snakemake --resources gpu=N``, where engine auto runs)."""
+    ``deep``; ``stale``: written under another numerics version, or by another engine than the cell
+    names."""
     from .sweep import cell_id
     from .workflow import cell_states
 
-    cells = cell_states(sweep, checksums=deep, declared=gpus)
+    cells = cell_states(sweep, checksums=deep)
     report = {}
     for name, points in sweep.points.items():
         states = {state: {} for state in STATES}
@@ -83,7 +83,7 @@ def _status(args) -> int:
     foreign = foreign_owner(sweep, args.configfile)
     if foreign:  # its stores are another config's: no ticket written for them
         print(f"attnflow status: {foreign}", file=sys.stderr)
-    report = sweep_status(sweep, deep=args.deep, gpus=args.gpus)
+    report = sweep_status(sweep, deep=args.deep)
     corrupt = any(states["corrupt"] for states in report.values())
     # What status finds, the workflow must act on: bit rot (same size and time) passes the start-up
     # check, so the tickets are written here, from every byte: repairs for corrupt stores, rebuilds
@@ -91,7 +91,7 @@ def _status(args) -> int:
     # damage, and it would rerun jobs for it.
     holder = results_holder(sweep.results) if corrupt or args.deep else None
     if corrupt and not holder and not foreign:
-        issue_repairs(sweep, checksums=args.deep, declared=args.gpus)
+        issue_repairs(sweep, checksums=args.deep)
     if args.deep and not holder and not foreign:
         outdated = issue_summary_tickets(sweep, checksums=True)
     else:
@@ -256,14 +256,6 @@ def _plan(args) -> int:
     return 0
 
 
-def _gpus(command) -> None:
-    command.add_argument("--gpus", type=int, metavar="N",
-                         help="the GPUs the run's jobs may hold at once, as snakemake --resources gpu=N "
-                              "(a cluster's login node sees none; 0: none): where engine auto cells run, so "
-                              "which stores are stale (default: the profile's, else one where jax sees a GPU "
-                              "here)")
-
-
 def _positive(text: str) -> int:
     """An integer >= 1 (``--rounds 0`` would run the workflow and refine nothing; ``--cores 0`` plans
     on no core)."""
@@ -332,7 +324,6 @@ def _parser() -> argparse.ArgumentParser:
                         help="read every byte of every store against its checksums (finds bit rot, which the "
                              "check of sizes and times at every start cannot see)")
     status.add_argument("--cores", type=_positive, help="cores the run uses, for its ETA (default: all here)")
-    _gpus(status)
     status.add_argument("--certificate-bound", type=_bound, default=CERTIFICATE_BOUND, metavar="BOUND",
                         help="flag finished stores whose accuracy certificate (the worst seed's) "
                              "exceeds this (default "
@@ -366,7 +357,10 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--cores", type=_positive,
                       help="cores to run on (default: the profile's, else all here)")
     plan.add_argument("--results", metavar="DIR", help="override the config's results directory")
-    _gpus(plan)
+    plan.add_argument("--gpus", type=int, metavar="N",
+                      help="the GPUs the run's jobs may hold at once, as snakemake --resources gpu=N (a "
+                           "cluster's login node sees none; 0: none): where engine auto cells run, so what "
+                           "they cost (default: the profile's, else one where jax sees a GPU here)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=_plan)
     export = _command(commands, "export", "an experiment's measured thresholds, boundaries and fitted "

@@ -21,7 +21,7 @@ Aggregation and plotting (local jobs) are costed at their measured times on the
 tiny config, per experiment.
 
 Cells on the JAX engine (``engine: jax``, or ``auto`` and large where the jobs
-get a GPU: ``resources.batch_engines``) are costed on one GPU
+get a GPU: ``resources.job_engine``) are costed on one GPU
 (``resources.gpu_cell_seconds``, its compute scaled by ``GPU_MODEL_OVER_MEASURED``),
 their jobs one at a time on a machine. Where ``auto`` would send cells to a GPU
 that this machine does not have, a note says what they cost here on numba and
@@ -72,16 +72,14 @@ STATES = ("new", "done", "failed", "stale")
 MANY_JOBS = 10_000
 
 
-def cell_states(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
-                declared: int | None = None) -> dict[str, str]:
+def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
     """Every cell id of the sweep -> new | done | failed | stale (the cheap check of every start, or
     every byte with ``checksums``; missing, interrupted or corrupt cells are new: the next run computes
-    them; ``gpus``, ``declared``: whether the jobs get a GPU and the ``--resources gpu`` given, which
-    decide the engine of ``auto`` cells)."""
+    them)."""
     from .workflow import cell_states as states_of
 
     return {cid: state.status if state.status in ("done", "failed", "stale") else "new"
-            for cid, state in states_of(sweep, checksums, gpus, declared).items()}
+            for cid, state in states_of(sweep, checksums).items()}
 
 
 def jobs_get_gpus(sweep: Sweep, declared: int | None = None) -> bool:
@@ -156,7 +154,7 @@ def jobs(sweep: Sweep, states: dict[str, str] | None = None, threads: int = SIMU
          gpus: bool = False, declared: int | None = None) -> dict[str, Job]:
     """Every simulate job; ``gpus``: whether the jobs get a GPU (``jobs_get_gpus``), ``declared``: the
     ``--resources gpu`` given."""
-    states = cell_states(sweep, gpus=gpus, declared=declared) if states is None else states
+    states = cell_states(sweep) if states is None else states
     out = {}
     for name, cells in sweep.batches.items():
         todo = [c for c in cells if states[cell_id(c)] != "done"]
@@ -253,7 +251,7 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
     (default: numba's cache is not found here). ``gpus``: whether the jobs get a GPU (default:
     ``jobs_get_gpus``); ``declared``: GPU jobs at once, as ``snakemake --resources gpu=N`` (0: none)."""
     gpus = jobs_get_gpus(sweep, declared) if gpus is None else gpus
-    states = cell_states(sweep, gpus=gpus, declared=declared)
+    states = cell_states(sweep)
     all_jobs = jobs(sweep, states, threads, gpus, declared)
     slots = cluster_jobs or max(1, cores // threads)
     gpu_slots = declared or cluster_jobs or 1

@@ -316,14 +316,6 @@ def gpu_request(cells: Iterable[Cell], gpus: bool, declared: int | None = None) 
     return int(any(c.engine == "jax" or (c.engine == "auto" and gpus and large_for_gpu(c)) for c in cells))
 
 
-def batch_engines(cells: Iterable[Cell], gpus: bool, declared: int | None = None) -> list[str]:
-    """The engine of each of a job's ``cells`` (``job_engine``, given the job's ``gpu_request``): what
-    its store must record of them to be current."""
-    cells = list(cells)
-    gpu = bool(gpu_request(cells, gpus, declared))
-    return [job_engine(c, gpu) for c in cells]
-
-
 def jobs_get_gpus(declared: int | None) -> bool:
     """Whether the workflow's jobs may be given a GPU: as ``--resources gpu=N`` declares (N > 0: on a
     cluster, whose login node sees none), else where jax sees one on this machine (``gpu_visible_here``)."""
@@ -364,7 +356,7 @@ def gpu_visible_here() -> bool:
     return proc.returncode == 0 and proc.stdout.strip().endswith("1")
 
 
-__all__ = ["AUTO_GPU_SECONDS", "MAX_CELL_BYTES", "Size", "batch_engines", "calls", "cell_bytes",
+__all__ = ["AUTO_GPU_SECONDS", "MAX_CELL_BYTES", "Size", "calls", "cell_bytes",
            "cell_seconds", "large_for_gpu",
            "exhausts_budget", "flops_per_call", "gpu_cell_seconds", "gpu_compute_seconds", "gpu_request",
            "gpu_visible_here", "job_bytes", "job_engine", "jobs_get_gpus", "memory_mb", "model_steps",

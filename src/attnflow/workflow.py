@@ -275,41 +275,22 @@ def store_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False
     return state
 
 
-def engines_wanted(sweep: Sweep, batch: str, gpus: bool | None = None,
-                   declared: int | None = None) -> dict[str, str]:
-    """The engine each cell of a batch runs on (cell id -> ``numba`` | ``jax``), as the workflow plans
-    its job (``resources.batch_engines``): ``gpus``, whether the jobs get a GPU (default: as
-    ``resources.jobs_get_gpus`` says of ``declared``, the ``--resources gpu`` given, asked only where a
-    cell's engine is auto)."""
-    from . import resources
-
-    cells = sweep.batches[batch]
-    if gpus is None:
-        gpus = resources.jobs_get_gpus(declared) if any(c.engine == "auto" for c in cells) else False
-    return {cell_id(c): e for c, e in zip(cells, resources.batch_engines(cells, gpus, declared), strict=True)}
-
-
-def other_engines(sweep: Sweep, batch: str, record: dict, gpus: bool | None = None,
-                  declared: int | None = None) -> dict[str, str]:
+def other_engines(sweep: Sweep, batch: str, record: dict) -> dict[str, str]:
     """The cells a batch's manifest (or store) ``record`` holds that another engine computed than the
-    one the config names for them (``engines_wanted``): cell id -> why (``sweep.engine_mismatch``). A
-    cell of ``engine: auto`` keeps a store of either engine (``run_batch``)."""
+    one their cell names (``engine: numba`` or ``jax``): cell id -> why (``sweep.engine_mismatch``). A
+    cell of ``engine: auto`` leaves the engine to the machine and keeps a store of either (``run_batch``)."""
     held = recorded_engines(record)
-    if not held:
-        return {}
-    wanted = engines_wanted(sweep, batch, gpus, declared)
-    auto = {cell_id(c) for c in sweep.batches.get(batch, ()) if c.engine == "auto"}
-    return {cid: engine_mismatch(engine, wanted[cid]) for cid, engine in held.items()
-            if cid in wanted and cid not in auto and engine != wanted[cid]}
+    named = {cell_id(c): c.engine for c in sweep.batches.get(batch, ()) if c.engine != "auto"}
+    return {cid: engine_mismatch(engine, named[cid]) for cid, engine in held.items()
+            if cid in named and engine != named[cid]}
 
 
-def batch_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False, gpus: bool | None = None,
-                 declared: int | None = None) -> list[tuple[str, StoreState]]:
+def batch_health(sweep: Sweep, batch: str, record: dict,
+                 checksums: bool = False) -> list[tuple[str, StoreState]]:
     """What is wrong with a finished batch (its manifest ``record``, ``{}`` when unreadable), as (path,
     state) pairs: an unreadable or old manifest, its store (``store_health``), cells of it another
-    engine computed than the config asks for now (stale: ``other_engines``, with ``gpus`` and
-    ``declared``), its failed cells. (A batch that gained cells, a grid value added, is not damaged:
-    Snakemake reruns it, its parameters changed.)
+    engine computed than their cell names (stale: ``other_engines``), its failed cells. (A batch that
+    gained cells, a grid value added, is not damaged: Snakemake reruns it, its parameters changed.)
     """
     store = sweep.layout.store(batch)
     if not record:
@@ -333,7 +314,7 @@ def batch_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False
                        "file)")))
     if not (state := store_health(sweep, batch, record, checksums)).ok:
         problems.append((str(store), state))
-    elif other := other_engines(sweep, batch, record, gpus, declared):
+    elif other := other_engines(sweep, batch, record):
         first = next(iter(other))
         problems.append((str(store), StoreState(
             "stale", f"{len(other)} of its cells {other[first]} (first: {sweep.name_of(first)})")))
@@ -362,8 +343,7 @@ def retry_requested(sweep: Sweep) -> bool:
     return bool(sweep.config.get(RETRY_KEY))
 
 
-def unhealthy(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
-              declared: int | None = None) -> dict[str, list[tuple[str, StoreState]]]:
+def unhealthy(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Batches whose store is now missing, does not match its record, or is stale (written under
     another numerics version), or that have a failed cell: batch -> problems (``batch_health``).
 
@@ -375,7 +355,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
     same way. It is retried when the numerics version changes (its manifest
     records the one it failed under), with its cell (a new ``max_steps`` is a new
     cell), or once per run with ``retry_failures`` set (the ticket is tied to the
-    manifest's time, which the retry renews). ``gpus``, ``declared``: as ``batch_health``.
+    manifest's time, which the retry renews).
     """
     found = {}
     summarised = None  # the batches current summaries were built from: looked for once, if needed
@@ -385,7 +365,7 @@ def unhealthy(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
             summarised = _summarised_batches(sweep) if summarised is None else summarised
             problems = orphan_health(sweep, batch, checksums, summarised)
         else:
-            problems = batch_health(sweep, batch, record, checksums, gpus, declared)
+            problems = batch_health(sweep, batch, record, checksums)
         if problems:
             found[batch] = problems
     return found
@@ -453,12 +433,11 @@ def _runs_anyway(sweep: Sweep, batch: str) -> bool:
     return any(cell_id(c) not in recorded for c in sweep.batches[batch])
 
 
-def cell_states(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
-                declared: int | None = None) -> dict[str, StoreState]:
+def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
     """Every cell of the sweep -> its state: done | missing | failed (its error as detail) | corrupt |
     interrupted (finished by a job that was killed before writing its batch's store) | stale (its store
-    written under another numerics version, or the cell computed by another engine than the config asks
-    for now: ``other_engines``, with ``gpus`` and ``declared``). A done cell's detail says when its store
+    written under another numerics version, or the cell computed by another engine than it names:
+    ``other_engines``). A done cell's detail says when its store
     was touched since its manifest (intact: the next run records it).
 
     Per batch, not per cell: its manifest, one ``stat`` of its store (every byte with
@@ -475,13 +454,13 @@ def cell_states(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
             stored = record_of(store)
             held = stored.get("cells") or {}
             state = verify_batch(store, checksums=checksums) if held else StoreState("missing")
-            other = other_engines(sweep, batch, stored, gpus, declared) if held else {}
+            other = other_engines(sweep, batch, stored)
         elif record.get("format") != MANIFEST_FORMAT:
             held, state = {cell_id(c): "" for c in cells}, batch_health(sweep, batch, record)[0][1]
         else:
             held, failed = record["cells"], record["failed"]
             state = store_health(sweep, batch, record, checksums)
-            other = other_engines(sweep, batch, record, gpus, declared)
+            other = other_engines(sweep, batch, record)
         pending = set()  # cells a killed job checkpointed (rarely any: one listing)
         if sweep.layout.pending(batch).exists():
             for checkpoint in sweep.layout.pending(batch).iterdir():
@@ -506,8 +485,7 @@ def cell_states(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
     return states
 
 
-def issue_repairs(sweep: Sweep, checksums: bool = False, gpus: bool | None = None,
-                  declared: int | None = None) -> dict[str, list[tuple[str, StoreState]]]:
+def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Write a repair ticket for every finished batch with a damaged store; return the damage.
 
     A ticket (``<digest>.ticket`` in ``Layout.repairs(batch)``, the damage as JSON) is an
@@ -516,10 +494,9 @@ def issue_repairs(sweep: Sweep, checksums: bool = False, gpus: bool | None = Non
     and the manifest's time, so a dry run and the run after it share one ticket,
     and a later damage gets a new one. Tickets stay as a record of what was healed.
     ``checksums``: every byte read (``attnflow status`` does, so that the workflow
-    recomputes the bit rot status reports, which sizes and times cannot see). ``gpus``, ``declared``:
-    as ``batch_health`` (the workflow passes its own).
+    recomputes the bit rot status reports, which sizes and times cannot see).
     """
-    damage = unhealthy(sweep, checksums, gpus, declared)
+    damage = unhealthy(sweep, checksums)
     for batch, problems in damage.items():
         manifest = sweep.layout.manifest(batch)
         seen = manifest.stat().st_mtime_ns if manifest.exists() else None
@@ -798,7 +775,7 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
 
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
-           "engines_wanted", "other_engines",
+           "other_engines",
            "claim_results", "config_identity", "foreign_owner", "orphan_health", "owner_of", "store_health",
            "would_drop",
            "batch_params", "cell_states", "entries_params", "failed_cells", "failure_lines", "failure_report",

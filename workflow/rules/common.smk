@@ -87,7 +87,7 @@ if _FOREIGN:
 # reruns and recomputes those stores alone. Jobs running on a cluster node parse this
 # file too: only the main process looks for damage.
 if not workflow.remote_exec and not _HOLDER and not _FOREIGN:  # never a ticket in another config's results
-    for _batch, _problems in issue_repairs(SWEEP, gpus=GPUS, declared=DECLARED_GPUS).items():
+    for _batch, _problems in issue_repairs(SWEEP).items():
         for _path, _state in _problems:
             if _state.status == "changed":
                 print(f"attnflow: batch {_batch} has other cells than its store records ({_state.detail}): "
