@@ -2,6 +2,7 @@ import json
 import sys
 
 from attnflow import resources
+from attnflow.plan import jobs_get_gpus
 from attnflow.workflow import (
     ConfigError,
     ResultsBusy,
@@ -42,10 +43,7 @@ for _name, _why in SWEEP.skipped.items():
 # jax's first look at a GPU claims its memory). A local run gets one GPU job at a time unless told more:
 # two jobs on one device would each claim most of its memory.
 DECLARED_GPUS = workflow.global_resources.get("gpu").value
-if any(c.engine == "auto" for cells in SWEEP.batches.values() for c in cells):
-    GPUS = resources.jobs_get_gpus(DECLARED_GPUS)
-else:
-    GPUS = bool(DECLARED_GPUS)
+GPUS = jobs_get_gpus(SWEEP, DECLARED_GPUS)
 if (DECLARED_GPUS is None and workflow.local_exec and not workflow.remote_exec and not workflow.subprocess_exec
         and any(resources.gpu_request(cells, GPUS) for cells in SWEEP.batches.values())):
     workflow.register_resource("gpu", 1)
