@@ -239,7 +239,7 @@ def test_declared_exports():
 
     declared = {e.name for e in registry() if type(e).export_table is not Experiment.export_table}
     assert {"beta_star", "superadditivity", "clustering_time", "clustering_probability",
-            "trained_heads", "crossover", "metastability", "orthogonality", "variants"} <= declared
+            "trained_heads", "crossover", "metastability", "orthogonality", "variants", "scaling"} <= declared
 
 
 def test_helpers():

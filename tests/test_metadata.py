@@ -90,6 +90,8 @@ SMALL = {
     "variants": {"fixed": {"n": 4, "d": 4, "seeds": 2, "t_max": 1.0, "n_samples": 5},
                  "grid": {"heads": ["scalar"], "attention": ["softmax", "sigmoid"],
                           "mask": ["none", "causal"], "beta": [1.0, 2.0]}},
+    "scaling": {"fixed": {"seeds": 2, "t_max": 10.0},
+                "grid": {"attention": ["softmax", "relu"], "n": [3, 4], "d": [2, 4]}},
 }
 
 
