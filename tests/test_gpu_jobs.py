@@ -195,6 +195,26 @@ def test_large_config_plans_on_the_cpu_and_suggests_the_gpu(tmp_path, monkeypatc
     assert any(f"{large} cells run on the JAX engine" in n for n in gpu.notes)
 
 
+def test_status_eta_prices_the_jax_cells_on_the_gpu(tmp_path, monkeypatch):
+    # Nothing computed yet: the ETA is the plan's wall time of the simulate jobs. With --gpus 1 the JAX
+    # cells' jobs take their GPU time, one at a time beside the numba jobs; without, numba's hours.
+    from attnflow.plan import jobs, makespan
+    from attnflow.progress import progress
+
+    monkeypatch.setattr(resources, "gpu_visible_here", lambda: False)
+    sweep = load_sweep(LARGE, results=tmp_path / "r")
+    cpu, _, _ = progress(sweep, cores=2)
+    gpu, _, _ = progress(sweep, cores=2, declared=1)
+    planned = jobs(sweep, gpus=True, declared=1)
+    on_gpu = [j.expected_seconds for j in planned.values() if j.gpu]
+    on_cpu = [j.expected_seconds for j in planned.values() if not j.gpu]
+    assert on_gpu and on_cpu
+    assert gpu["total"].eta_seconds == pytest.approx(max(makespan(on_cpu, 2), makespan(on_gpu, 1)))
+    assert gpu["total"].eta_seconds < cpu["total"].eta_seconds / 10
+    assert cpu["total"].eta_seconds == pytest.approx(makespan([j.expected_seconds for j in jobs(
+        sweep, gpus=False).values()], 2))
+
+
 def test_without_jax_gpu_build_no_child_process_is_asked(monkeypatch):
     # The controller's look for a GPU: at once False where jax has no GPU backend installed.
     import subprocess

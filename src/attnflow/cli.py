@@ -137,7 +137,7 @@ def _status(args) -> int:
     # During a run: the share done and an ETA per experiment (attnflow.progress).
     from .progress import progress, render
 
-    print(render(*progress(sweep, cores=args.cores, checksums=args.deep)))
+    print(render(*progress(sweep, cores=args.cores, checksums=args.deep, declared=args.gpus)))
     return 0
 
 
@@ -324,6 +324,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="read every byte of every store against its checksums (finds bit rot, which the "
                              "check of sizes and times at every start cannot see)")
     status.add_argument("--cores", type=_positive, help="cores the run uses, for its ETA (default: all here)")
+    status.add_argument("--gpus", type=int, metavar="N",
+                        help="the GPUs the run's jobs may hold at once, as snakemake --resources gpu=N, for "
+                             "its ETA: cells on the JAX engine priced on the GPU (default: one where jax "
+                             "sees a GPU here and a cell's engine is auto)")
     status.add_argument("--certificate-bound", type=_bound, default=CERTIFICATE_BOUND, metavar="BOUND",
                         help="flag finished stores whose accuracy certificate (the worst seed's) "
                              "exceeds this (default "

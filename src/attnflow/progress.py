@@ -1,12 +1,15 @@
 """Progress of a running sweep: per experiment the share of cells done and an ETA.
 
 The ETA is the cost model's expected time of the cells still to compute
-(``attnflow.plan``: the model without its margins, plus each job's start-up),
-scaled by how the finished jobs compared with the same model: the median over
-the jobs whose benchmark Snakemake has written (``Layout.benchmarks("simulate")``)
-of measured / expected. The median keeps a job that compiled the engine from
-inflating the whole estimate. Without a finished job, the model alone.
-Aggregation and plotting are not counted (seconds each, at the end).
+(``attnflow.plan.jobs``: the model without its margins, plus each job's
+start-up; a job given a GPU prices its cells on the JAX engine by the GPU's
+model), scaled by how the finished jobs of the same kind (CPU, GPU) compared
+with the same model: the median over the jobs whose benchmark Snakemake has
+written (``Layout.benchmarks("simulate")``) of measured / expected. The median
+keeps a job that compiled the engine from inflating the whole estimate.
+Without a finished job of that kind, the model alone. GPU jobs run one per GPU
+slot beside the CPU jobs, as ``attnflow plan`` counts them. Aggregation and
+plotting are not counted (seconds each, at the end).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .layout import Layout
-from .plan import SIMULATE_THREADS, _duration, cell_states, expected_seconds, makespan
+from .plan import SIMULATE_THREADS, _duration, cell_states, expected_seconds, jobs, jobs_get_gpus, makespan
 from .sweep import Sweep, cell_id
 
 
@@ -47,30 +50,34 @@ class Progress:
 
 
 def progress(sweep: Sweep, cores: int | None = None, threads: int = SIMULATE_THREADS,
-             checksums: bool = False):
+             checksums: bool = False, declared: int | None = None):
     """``({experiment: Progress, "total": Progress}, scale, jobs measured)``: ``scale`` is the median
-    measured / expected time of the finished jobs (1.0 without any). ``checksums``: cells judged by every
-    byte of their stores (``status --deep``), so a cell found damaged is never counted done."""
+    measured / expected time of the finished CPU jobs (1.0 without any; GPU jobs get their own).
+    ``checksums``: cells judged by every byte of their stores (``status --deep``), so a cell found
+    damaged is never counted done. ``declared``: GPU jobs at once, as ``snakemake --resources gpu=N``
+    (default: one where jax sees a GPU here and a cell's engine is auto)."""
     states = cell_states(sweep, checksums)
+    gpus = jobs_get_gpus(sweep, declared)
+    planned = jobs(sweep, states, threads, gpus, declared)
     measured = benchmark_seconds(sweep.results)
-    ratios = [measured[b] / expected_seconds(cells, threads)
-              for b, cells in sweep.batches.items() if b in measured]
-    scale = float(np.median(ratios)) if ratios else 1.0
-    slots = max(1, (cores or os.cpu_count() or 1) // threads)
-    remaining = {}
-    for batch, cells in sweep.batches.items():
-        todo = [c for c in cells if states[cell_id(c)] != "done"]
-        if todo:
-            remaining[batch] = scale * expected_seconds(todo, threads)
+    on_gpu = {b: bool(job.gpu and gpus) for b, job in planned.items()}
+    ratios = {kind: [measured[b] / expected_seconds(sweep.batches[b], threads, kind)
+                     for b in planned if b in measured and on_gpu[b] == kind] for kind in (False, True)}
+    scale = {kind: float(np.median(r)) if r else 1.0 for kind, r in ratios.items()}
+    slots = {False: max(1, (cores or os.cpu_count() or 1) // threads), True: declared or 1}
+    remaining = {b: scale[on_gpu[b]] * job.expected_seconds for b, job in planned.items() if job.to_compute}
+
+    def eta(batches) -> float:
+        return max(makespan([remaining[b] for b in batches if b in remaining and on_gpu[b] == kind],
+                            slots[kind]) for kind in (False, True))
+
     out = {}
     for name in sweep.specs:
         ids = set(cell_id(p.cell) for p in sweep.points[name])
         done = sum(states[i] == "done" for i in ids)
-        eta = makespan([remaining[b] for b in sweep.batches_of(name) if b in remaining], slots)
-        out[name] = Progress(done, len(ids), eta)
-    out["total"] = Progress(sum(s == "done" for s in states.values()), len(states),
-                            makespan(list(remaining.values()), slots))
-    return out, scale, len(ratios)
+        out[name] = Progress(done, len(ids), eta(sweep.batches_of(name)))
+    out["total"] = Progress(sum(s == "done" for s in states.values()), len(states), eta(planned))
+    return out, scale[False], len(ratios[False])
 
 
 def render(report: dict[str, Progress], scale: float, measured: int) -> str:
