@@ -269,9 +269,10 @@ def runtime_minutes(cells: Iterable[Cell], attempt: int = 1, gpu: int = 0) -> in
 GPU_FLOPS_PER_SECOND = 1.0e13
 GPU_SECONDS_PER_CALL = 1e-4
 # Tracing and compiling the JAX engine's integration for one static configuration (shapes, rules,
-# tolerances): every cell of another n, d or seed count compiles anew. An allowance, not measured (no GPU
-# here): diffrax's compilation of such an integration takes seconds to tens of seconds.
-GPU_COMPILE_SECONDS = 30.0
+# tolerances): every cell of another n, d or seed count compiles anew. Measured on jax's CPU build, with the
+# certificate's companion run: 2.6-4.8 s a cell (large.yaml's kinds of cell; docs/performance.md); twice
+# that for XLA's GPU compiler, not yet measured on a GPU.
+GPU_COMPILE_SECONDS = 10.0
 
 
 def gpu_compute_seconds(cell: Cell) -> float:
