@@ -130,6 +130,7 @@ def main(argv=None):
         lines.append(f"| {label} | {raw:.3g} | {ours:.3g} | {numba} |")
         print(lines[-1], flush=True)
         if os.environ.get("OUT"):  # after each cell: a run cut short keeps what it measured
+            os.makedirs(os.environ["OUT"], exist_ok=True)
             with open(os.path.join(os.environ["OUT"], "bench_gpu.md"), "w") as out:
                 out.write("\n".join(lines) + "\n")
 
