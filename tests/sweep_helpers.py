@@ -67,8 +67,17 @@ def run(workdir, config, *extra, check=True, env=None, cores=2):
 
 def planned(workdir, config, *targets) -> dict[str, int]:
     """Jobs a dry run would execute, by rule."""
-    out = run(workdir, config, *targets, "-n", "--quiet", "rules").stdout
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
+    return jobs_of(dry_run(workdir, config, *targets))
+
+
+def dry_run(workdir, config, *targets):
+    """The dry run ``planned`` makes, its output whole (what the Snakefile says at start-up on stderr)."""
+    return run(workdir, config, *targets, "-n", "--quiet", "rules")
+
+
+def jobs_of(dry) -> dict[str, int]:
+    """Jobs a dry run (``dry_run``) would execute, by rule."""
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", dry.stdout, flags=re.M))
     return {k: int(v) for k, v in counts.items() if k != "total"}
 
 
