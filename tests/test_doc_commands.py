@@ -217,10 +217,12 @@ def installed(tmp_path_factory, compiled_engine):
         (clone / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, clone / rel)
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # The venv without a pip of its own (ensurepip installing one is most of making a venv): the test
+    # venv's pip installs into it (--python), as the venv's own would.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "."], cwd=clone, check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "."],
+                   cwd=clone, check=True, capture_output=True)
     # The dependencies: the test venv's site-packages, after the venv's own (so its attnflow wins).
     purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
     target = Path(subprocess.run([str(python), "-c", purelib], capture_output=True, text=True,
