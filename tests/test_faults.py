@@ -13,6 +13,7 @@ import yaml
 from sweep_helpers import ENV, assert_same_cells, planned, run, snakemake_cmd, stored, write_config
 
 from attnflow import Cell, simulate
+from attnflow.cli import main as attnflow_main
 from attnflow.config import validate
 from attnflow.layout import Layout
 from attnflow.store import record_of, verify
@@ -100,7 +101,7 @@ def test_killed_job_leaves_no_complete_store_and_resumes(tmp_path, tiny_run):
     assert_same_cells(got, stored(reference))
 
 
-def test_failed_seeds_are_stored_reported_and_never_recomputed(tmp_path):
+def test_failed_seeds_are_stored_reported_and_never_recomputed(tmp_path, capsys):
     # Flat usa blows up in finite time: t_max = 5 makes the delta = 0.1 cell's seeds fail (step-size
     # underflow) while t_max = 0.2 finishes. Every cell is stored, its failed seeds marked.
     config = tmp_path / "config.yaml"
@@ -131,12 +132,12 @@ def test_failed_seeds_are_stored_reported_and_never_recomputed(tmp_path):
     assert second.stderr.count("skipping known failures") == 1
     assert {p.name: p.stat().st_mtime_ns for p in sims.glob("*.zarr.zip")} == done
 
-    status = subprocess.run([sys.executable, "-m", "attnflow.cli", "status", "--configfile", str(config)],
-                            capture_output=True, text=True)
-    assert status.returncode == 0
-    row = next(line for line in status.stdout.splitlines() if line.startswith("orthogonality"))
+    capsys.readouterr()
+    assert attnflow_main(["status", "--configfile", str(config)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("orthogonality"))
     assert [int(v) for v in row.split()[1:5]] == [4, 4, 0, 0]  # cells, done, missing, failed whole
-    assert "failed seeds orthogonality (delta=0.1, t_max=5): 2 of 2 seeds failed" in status.stdout
+    assert "failed seeds orthogonality (delta=0.1, t_max=5): 2 of 2 seeds failed" in out
 
 
 def test_status_without_a_config_file_is_one_line(tmp_path):
