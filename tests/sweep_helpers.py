@@ -67,9 +67,20 @@ def run(workdir, config, *extra, check=True, env=None, cores=2):
 
 def planned(workdir, config, *targets) -> dict[str, int]:
     """Jobs a dry run would execute, by rule."""
-    out = run(workdir, config, *targets, "-n", "--quiet", "rules").stdout
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
-    return {k: int(v) for k, v in counts.items() if k != "total"}
+    return jobs_of(dry_run(workdir, config, *targets))
+
+
+def dry_run(workdir, config, *targets, quiet=True):
+    """The dry run ``planned`` makes, its output whole (what the Snakefile says at start-up on stderr);
+    ``quiet`` False: every job printed too, as ``snakemake -n`` prints them."""
+    return run(workdir, config, *targets, "-n", *(("--quiet", "rules") if quiet else ()))
+
+
+def jobs_of(dry) -> dict[str, int]:
+    """Jobs a dry run (``dry_run``) would execute, by rule: its table of job counts (none: nothing to do)."""
+    table = re.search(r"^job\s+count\n-+\s+-+\n(.*?)^total\s+\d+$", dry.stdout, flags=re.M | re.S)
+    counts = re.findall(r"^(\w+)\s+(\d+)$", table.group(1), flags=re.M) if table else []
+    return {k: int(v) for k, v in counts}
 
 
 def snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:

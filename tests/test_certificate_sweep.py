@@ -1,14 +1,11 @@
 """The certificate travels: every store has one, a summary carries the worst, a figure prints it, and
 `attnflow status` flags stores above its bound."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from sweep_helpers import ENV, run, stored, write_config
+from sweep_helpers import run, stored, write_config
 
+from attnflow.cli import main as attnflow_main
 from attnflow.figures import certificate_line
 from attnflow.store import open_verified
 
@@ -23,12 +20,13 @@ BLOCK = {"crossover": {
 }}
 
 
-def status(config, *extra):
-    return subprocess.run([sys.executable, "-m", "attnflow.cli", "status", "--configfile", str(config),
-                           *extra], capture_output=True, text=True, env={**os.environ, **ENV})
+def status(capsys, config, *extra):
+    """``attnflow status`` (in this process): its exit code and what it printed."""
+    code = attnflow_main(["status", "--configfile", str(config), *extra])
+    return code, capsys.readouterr().out
 
 
-def test_summary_carries_the_worst_certificate_and_status_flags(tmp_path):
+def test_summary_carries_the_worst_certificate_and_status_flags(tmp_path, capsys):
     config = write_config(tmp_path, **{"experiments": BLOCK, "defaults": None, "experiment_modules": None})
     run(tmp_path, config)
     results = tmp_path / "results"
@@ -40,11 +38,11 @@ def test_summary_carries_the_worst_certificate_and_status_flags(tmp_path):
     assert f"{max(certificates):.1e}" in certificate_line(summary)
     assert (results / "figures" / "crossover.png").stat().st_size > 1000
 
-    quiet = status(config)
-    assert quiet.returncode == 0 and "uncertified" not in quiet.stdout
-    flagged = status(config, "--certificate-bound", f"{min(certificates) / 2:g}")
-    assert flagged.returncode == 0
-    assert flagged.stdout.count("uncertified crossover (") == len(certificates), flagged.stdout
+    code, quiet = status(capsys, config)
+    assert code == 0 and "uncertified" not in quiet
+    code, flagged = status(capsys, config, "--certificate-bound", f"{min(certificates) / 2:g}")
+    assert code == 0
+    assert flagged.count("uncertified crossover (") == len(certificates), flagged
 
 
 def test_a_figure_says_when_its_worst_certificate_is_above_the_bound():

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from sweep_helpers import planned, run, stored, write_config
+from sweep_helpers import dry_run, jobs_of, planned, run, stored, write_config
 
 from attnflow import Cell
 from attnflow.cli import main as attnflow_main
@@ -108,8 +108,8 @@ def test_the_summary_figure_and_export_count_the_failed_seeds(failing_run, tmp_p
 def test_known_failures_are_not_retried_until_forced(failing_run):
     tmp, config, results, _ = failing_run
     stores = {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr.zip")}
-    assert planned(tmp, config) == {}  # nothing to do: the failures are stored, final for these numbers
-    dry = run(tmp, config, "-n")
+    dry = dry_run(tmp, config, quiet=False)
+    assert jobs_of(dry) == {}  # nothing to do: the failures are stored, final for these numbers
     assert dry.stderr.count("skipping known failures") == 1
     assert "retry_failures=True" in dry.stderr and "4 cells with failed seeds" in dry.stderr
     # Forced: the batches with failed seeds run again (once), recomputing just those cells.

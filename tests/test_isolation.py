@@ -7,11 +7,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
-from sweep_helpers import ENV, ROOT, beta_star_config, planned, run, snapshot, stored, write_config
+from sweep_helpers import ROOT, beta_star_config, planned, run, snapshot, stored, write_config
 
 import attnflow
 from attnflow.access import OutdatedSummary, load_sweep
@@ -149,7 +148,7 @@ def _outputs(results):
 
 
 @pytest.mark.workflow
-def test_two_configs_in_turn_leave_each_other_alone(beta_star_run, tmp_path, monkeypatch):
+def test_two_configs_in_turn_leave_each_other_alone(beta_star_run, tmp_path, monkeypatch, capsys):
     from attnflow.workflow import claim_results
 
     monkeypatch.chdir(tmp_path)  # where the configs' results/<name> directories are (Snakemake's --directory)
@@ -183,9 +182,9 @@ def test_two_configs_in_turn_leave_each_other_alone(beta_star_run, tmp_path, mon
     assert "share_results" in proc.stderr
     assert f"belongs to config {default}" in run(tmp_path, other, "-n").stderr
     assert _outputs(tmp_path / "results" / "default") == before
-    proc = subprocess.run([sys.executable, "-m", "attnflow.cli", "plan", "--configfile", str(other)],
-                          capture_output=True, text=True, env={**os.environ, **ENV})
-    assert proc.returncode == 0 and f"belongs to config {default}" in proc.stderr
+    capsys.readouterr()
+    assert attnflow_main(["plan", "--configfile", str(other)]) == 0
+    assert f"belongs to config {default}" in capsys.readouterr().err
     with pytest.raises(OutdatedSummary, match=f"belongs to config {default}"):
         attnflow.open_summary("beta_star", configfile=other)
 

@@ -17,7 +17,7 @@ from attnflow.store import open_verified, record_of
 pytestmark = pytest.mark.workflow
 
 
-ROUNDS = 4
+ROUNDS = 3
 
 
 @pytest.fixture(scope="module")

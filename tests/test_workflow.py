@@ -8,7 +8,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from sweep_helpers import beta_star_config, planned, run, snapshot, write_config
+from sweep_helpers import beta_star_config, dry_run, jobs_of, planned, run, snapshot, write_config
 
 from attnflow import jobparams, theory
 from attnflow.cli import main as attnflow_main
@@ -147,8 +147,8 @@ def test_a_one_value_edit_dry_run_is_short(beta_star_run, tmp_path):
     # who edits the one config never has to.
     more = beta_star_config(workdir, "one_more_beta.yaml", share_results=True,
                             **{"experiments.beta_star.grid.beta": [0.5, 2.0, 8.0]})
-    assert planned(workdir, more) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
-    proc = run(workdir, more, "-n")
+    proc = dry_run(workdir, more, quiet=False)
+    assert jobs_of(proc) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
     printed = proc.stdout + proc.stderr
     # Each batch that gained a cell reruns: its params changed (a digest) and its manifest no longer
     # records all its cells (a repair ticket, which Snakemake names first); no cell's JSON is quoted.
