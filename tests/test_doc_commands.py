@@ -65,6 +65,8 @@ RUN = {
     # Without a GPU: the dry run (its GPU jobs ask for gpu=1), and the plan that suggests the GPU.
     "snakemake --configfile config/large.yaml": "snakemake -n --configfile config/large.yaml",
     "attnflow plan --configfile config/large.yaml": "attnflow plan --configfile config/large.yaml",
+    "attnflow plan --configfile config/large.yaml --gpus 1":
+        "attnflow plan --configfile config/large.yaml --gpus 1",
     "attnflow status": "attnflow status",
     "attnflow docs --output docs": "attnflow docs --output docs",
     # The refinement on the tiny sweep (one round, two cores) instead of config.yaml's three.
@@ -80,7 +82,7 @@ RUN = {
     "attnflow plan --configfile config/paper.yaml --profile profiles/slurm":
         "attnflow plan --configfile config/paper.yaml --profile profiles/slurm",
     "attnflow plan": "attnflow plan --configfile tiny.yaml",
-    "attnflow status [--cores N]": "attnflow status --configfile tiny.yaml --cores 2",
+    "attnflow status [--cores N] [--gpus N]": "attnflow status --configfile tiny.yaml --cores 2 --gpus 1",
     "attnflow status --deep": "attnflow status --deep --configfile tiny.yaml",
     "attnflow export beta_star --configfile config/config.yaml --csv beta_star.csv":
         "attnflow export beta_star --configfile tiny.yaml --csv beta_star.csv",
