@@ -203,6 +203,13 @@ def makespan(durations: list[float], slots: int) -> float:
     return max(loads)
 
 
+def makespan_beside_gpus(durations: list[tuple[float, bool]], slots: int, gpu_slots: int) -> float:
+    """Wall time of jobs ``(seconds, asks for a GPU)``: those asking for a GPU run one per GPU slot
+    (Snakemake's ``gpu`` resource), beside the others on ``slots``."""
+    return max(makespan([s for s, gpu in durations if not gpu], slots),
+               makespan([s for s, gpu in durations if gpu], gpu_slots))
+
+
 def engine_cached() -> bool:
     """Whether numba's cache of the engine's kernels exists here (no compilation on the first job)."""
     where = [Path(__file__).parent / "engine" / "__pycache__"]
@@ -227,8 +234,7 @@ def _summarise(selected: list[Job], states: list[str], slots: int, threads: int,
     expected = sum(j.expected_seconds for j in running) + (compile_seconds if running else 0.0)
     local = local_jobs * sum(LOCAL_SECONDS.values())  # aggregate + plot of each experiment rebuilt
     # Jobs given a GPU run beside the others, one per GPU slot (one at a time on a machine).
-    wall = max(makespan([j.expected_seconds for j in running if not j.gpu], slots),
-               makespan([j.expected_seconds for j in running if j.gpu], gpu_slots)) \
+    wall = makespan_beside_gpus([(j.expected_seconds, bool(j.gpu)) for j in running], slots, gpu_slots) \
         + (compile_seconds if running else 0.0)
     return {
         "cells": len(states), **{s: states.count(s) for s in STATES},
@@ -360,5 +366,5 @@ def to_json(result: Plan) -> str:
 
 __all__ = ["COMPILE_SECONDS", "GPU_MODEL_OVER_MEASURED", "JOB_START_SECONDS", "MANY_JOBS", "MODEL_OVER_CPU",
            "Job", "Plan", "cell_states", "engine_cached", "expected_seconds", "gpu_notes", "gpu_seconds",
-           "jobs", "jobs_get_gpus", "makespan", "plan", "profile_settings", "render", "stiff_notes",
-           "to_json"]
+           "jobs", "jobs_get_gpus", "makespan", "makespan_beside_gpus", "plan", "profile_settings", "render",
+           "stiff_notes", "to_json"]

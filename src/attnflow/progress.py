@@ -22,7 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from .layout import Layout
-from .plan import SIMULATE_THREADS, _duration, cell_states, expected_seconds, jobs, jobs_get_gpus, makespan
+from .plan import (
+    SIMULATE_THREADS,
+    _duration,
+    cell_states,
+    expected_seconds,
+    jobs,
+    jobs_get_gpus,
+    makespan_beside_gpus,
+)
 from .sweep import Sweep, cell_id
 
 
@@ -64,12 +72,12 @@ def progress(sweep: Sweep, cores: int | None = None, threads: int = SIMULATE_THR
     ratios = {kind: [measured[b] / expected_seconds(sweep.batches[b], threads, kind)
                      for b in planned if b in measured and on_gpu[b] == kind] for kind in (False, True)}
     scale = {kind: float(np.median(r)) if r else 1.0 for kind, r in ratios.items()}
-    slots = {False: max(1, (cores or os.cpu_count() or 1) // threads), True: declared or 1}
+    slots = max(1, (cores or os.cpu_count() or 1) // threads)
     remaining = {b: scale[on_gpu[b]] * job.expected_seconds for b, job in planned.items() if job.to_compute}
 
     def eta(batches) -> float:
-        return max(makespan([remaining[b] for b in batches if b in remaining and on_gpu[b] == kind],
-                            slots[kind]) for kind in (False, True))
+        return makespan_beside_gpus([(remaining[b], bool(planned[b].gpu)) for b in batches if b in remaining],
+                                    slots, declared or 1)
 
     out = {}
     for name in sweep.specs:
