@@ -13,6 +13,16 @@ from . import Axis, Experiment
 REGIME_FACTOR = 4.0
 
 
+def softmax_regime_n(beta, lam):
+    """The least n of softmax's regime: ``n - 1 = 4 e^{beta lambda}``."""
+    return 1.0 + REGIME_FACTOR * np.exp(beta * lam)
+
+
+def relu_regime_d(n):
+    """The least d of relu's regime at ``n``: ``(n - 1) / sqrt(d) = 1/4``, i.e. ``d = 16 (n - 1)^2``."""
+    return (REGIME_FACTOR * (np.asarray(n, float) - 1.0)) ** 2
+
+
 def in_regime(attention: str, n, d, beta, lam):
     """Where each bound's linearisation holds.
 
@@ -23,7 +33,7 @@ def in_regime(attention: str, n, d, beta, lam):
     n, d = np.broadcast_arrays(np.asarray(n, float), np.asarray(d, float))
     if attention == "relu":
         return (n - 1) * typical_cosine(d) <= 1.0 / REGIME_FACTOR
-    return n - 1 >= REGIME_FACTOR * np.exp(beta * lam)
+    return n >= softmax_regime_n(beta, lam)
 
 
 def initial_drive_bound(attention: str, gamma0, gamma1, n, beta, lambdas):

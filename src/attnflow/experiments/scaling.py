@@ -8,7 +8,7 @@ import xarray as xr
 from .. import theory
 from ..tokens import typical_cosine
 from . import Axis, Bound, Experiment
-from .clustering_time import in_regime
+from .clustering_time import in_regime, relu_regime_d, softmax_regime_n
 
 # Resolution of the closed-form contours (n x d); the softmax quadratures take well under a second.
 MAP_POINTS = (33, 25)
@@ -22,6 +22,11 @@ def slope_along(values: np.ndarray, x: np.ndarray) -> float:
     if ok.sum() < 2:
         return np.nan
     return float(np.polyfit(x[ok], values[ok], 1)[0])
+
+
+def slopes(values: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
+    """``slope_along`` each line of ``values`` along ``axis`` (that axis gone from the result)."""
+    return np.apply_along_axis(slope_along, axis, values, x)
 
 
 class Scaling(Experiment):
@@ -128,14 +133,11 @@ class Scaling(Experiment):
         out = out.assign_coords(n_fine=("n_fine", n_fine), d_fine=("d_fine", d_fine))
         out["t_closed_fine"] = (("attention", "n_fine", "d_fine"), fine)
         median = out.t_median.transpose(*dims).values
-        out["log_n_slope"] = (("attention", "d"), [[slope_along(median[a, :, k], np.log(n))
-                                                    for k in range(d.size)] for a in range(len(atts))])
-        out["log_n_slope_closed"] = (("attention", "d"), [[slope_along(closed[a, :, k], np.log(n))
-                                                           for k in range(d.size)] for a in range(len(atts))])
-        out["log_d_slope"] = (("attention", "n"), [[slope_along(median[a, i], np.log(d))
-                                                    for i in range(n.size)] for a in range(len(atts))])
-        out["log_d_slope_closed"] = (("attention", "n"), [[slope_along(closed[a, i], np.log(d))
-                                                           for i in range(n.size)] for a in range(len(atts))])
+        # dT/d ln n at each d and dT/d ln d at each n, of the particles' medians and of the closed form.
+        for name, values in (("log_n_slope", median), ("log_n_slope_closed", closed)):
+            out[name] = (("attention", "d"), slopes(values, np.log(n), axis=1))
+        for name, values in (("log_d_slope", median), ("log_d_slope_closed", closed)):
+            out[name] = (("attention", "n"), slopes(values, np.log(d), axis=2))
         out.attrs.update({"H": H, "beta": beta, "lambda_bar": lam, "cluster_threshold": level})
         return out
 
@@ -247,24 +249,23 @@ class Scaling(Experiment):
                                        d_edges[k + 1] - d_edges[k], facecolor="0.75", edgecolor="0.45",
                                        hatch="//", lw=0))
             fine = ds.t_closed_fine.sel(attention=att).transpose("d_fine", "n_fine").values
-            lines = ax.contour(ds.n_fine.values, ds.d_fine.values, fine, levels=contour_levels, colors="k",
-                               linewidths=2.6)
+            contours = ax.contour(ds.n_fine.values, ds.d_fine.values, fine, levels=contour_levels,
+                                  colors="k", linewidths=2.6)
             ax.contour(ds.n_fine.values, ds.d_fine.values, fine, levels=contour_levels, cmap=cmap, norm=norm,
                        linewidths=1.4)
-            ax.clabel(lines, fmt="%g", fontsize=MIN_TEXT, colors="k")
-            contours = lines
+            ax.clabel(contours, fmt="%g", fontsize=MIN_TEXT, colors="k")
             # Where Thm 25's bound is derived: softmax right of n - 1 = 4 e^{beta lambda}, relu above
             # d = 16 (n - 1)^2 ((n - 1) gamma0 <= 1/4).
             if att == "softmax":
-                edge = 1.0 + 4.0 * np.exp(beta * lam)
+                edge = softmax_regime_n(beta, lam)
                 ax.axvline(edge, color="w", ls="--", lw=1.4)
                 outside = not n_edges[0] < edge < n_edges[-1]
                 where = f"n >= {edge:.3g}"
             else:
                 nn = np.geomspace(n_edges[0], n_edges[-1], 50)
-                ax.plot(nn, 16.0 * (nn - 1.0) ** 2, color="w", ls="--", lw=1.4)
-                outside = 16.0 * (n_edges[0] - 1.0) ** 2 > d_edges[-1]
-                where = f"d >= 16 (n - 1)^2, {16.0 * (n.min() - 1.0) ** 2:g} at n = {n.min():g}"
+                ax.plot(nn, relu_regime_d(nn), color="w", ls="--", lw=1.4)
+                outside = relu_regime_d(n_edges[0]) > d_edges[-1]
+                where = f"d >= 16 (n - 1)^2, {relu_regime_d(n.min()):g} at n = {n.min():g}"
             if annotate:
                 frozen = ds.frozen_fraction.sel(attention=att).transpose("d", "n").values
                 for (k, i), value in np.ndenumerate(median):
@@ -298,25 +299,26 @@ class Scaling(Experiment):
             if contours is not None:
                 bar.add_lines(contours)  # the closed-form levels, marked on the scale
 
-        ax = axes[2]
+        # Panels (c) and (d) draw a line per (attention, d): the attention's colour, darker as d grows.
         palette = dict(zip(["softmax", "relu"], sns.color_palette(n_colors=2), strict=True))
-        for att in atts:
-            tones = np.linspace(1.0, 0.45, d.size)
-            for k, dd in enumerate(d):
-                colour = tuple(np.array(palette[att]) * tones[k])
-                sel = dict(attention=att, d=dd)
-                med = ds.t_median.sel(sel).values
-                lo, hi = ds.t_q1.sel(sel).values, ds.t_q3.sel(sel).values
-                ok = np.isfinite(med)
-                hi = np.where(np.isfinite(hi), hi, med)
-                shift = n * (1 + 0.025 * (k - (d.size - 1) / 2))
-                slope = float(ds.log_n_slope.sel(sel))
-                closed = float(ds.log_n_slope_closed.sel(sel))
-                measured = f"{slope:.2f}" if np.isfinite(slope) else "censored"
-                med, lo, hi = med[ok], lo[ok], hi[ok]
-                ax.errorbar(shift[ok], med, yerr=[med - lo, hi - med], fmt="o", color=colour,
-                            ms=4, capsize=2, label=f"{att}, d={dd:g}: {measured} ({closed:.2f})")
-                ax.plot(n, ds.t_closed.sel(sel), "-", color=colour, lw=1)
+        tones = np.linspace(1.0, 0.45, d.size)
+        curves = [(att, k, dd, tuple(np.array(palette[att]) * tones[k]))
+                  for att in atts for k, dd in enumerate(d)]
+        ax = axes[2]
+        for att, k, dd, colour in curves:
+            sel = dict(attention=att, d=dd)
+            med = ds.t_median.sel(sel).values
+            lo, hi = ds.t_q1.sel(sel).values, ds.t_q3.sel(sel).values
+            ok = np.isfinite(med)
+            hi = np.where(np.isfinite(hi), hi, med)
+            shift = n * (1 + 0.025 * (k - (d.size - 1) / 2))
+            slope = float(ds.log_n_slope.sel(sel))
+            closed = float(ds.log_n_slope_closed.sel(sel))
+            measured = f"{slope:.2f}" if np.isfinite(slope) else "censored"
+            med, lo, hi = med[ok], lo[ok], hi[ok]
+            ax.errorbar(shift[ok], med, yerr=[med - lo, hi - med], fmt="o", color=colour,
+                        ms=4, capsize=2, label=f"{att}, d={dd:g}: {measured} ({closed:.2f})")
+            ax.plot(n, ds.t_closed.sel(sel), "-", color=colour, lw=1)
         # Thm 25's bounds grow like n: a line of slope 1 through the first finite median shows how far the
         # measured growth is from them.
         start = ds.t_median.transpose("n", ...).values.reshape(n.size, -1)
@@ -340,19 +342,16 @@ class Scaling(Experiment):
                        borderaxespad=0)
 
         ax = axes[3]
-        for att in atts:
-            tones = np.linspace(1.0, 0.45, d.size)
-            for k, dd in enumerate(d):
-                colour = tuple(np.array(palette[att]) * tones[k])
-                sel = dict(attention=att, d=dd)
-                frac = ds.censored_fraction.sel(sel).values
-                ax.plot(n, frac, "o-", color=colour, ms=4, label=f"{att}, d={dd:g}")
-                clusters = ds.clusters_frozen.sel(sel).values
-                if annotate:
-                    for x, y, c in zip(n, frac, clusters, strict=True):
-                        if np.isfinite(c) and y > 0:
-                            ax.annotate(f"{c:g}", (x, y), textcoords="offset points", xytext=(0, 4),
-                                        ha="center", fontsize=MIN_TEXT, color=colour)
+        for att, _, dd, colour in curves:
+            sel = dict(attention=att, d=dd)
+            frac = ds.censored_fraction.sel(sel).values
+            ax.plot(n, frac, "o-", color=colour, ms=4, label=f"{att}, d={dd:g}")
+            clusters = ds.clusters_frozen.sel(sel).values
+            if annotate:
+                for x, y, c in zip(n, frac, clusters, strict=True):
+                    if np.isfinite(c) and y > 0:
+                        ax.annotate(f"{c:g}", (x, y), textcoords="offset points", xytext=(0, 4),
+                                    ha="center", fontsize=MIN_TEXT, color=colour)
         ax.set_xscale("log")
         log_ticks(ax, "x", n)
         ax.set_ylim(-0.05, 1.1)
