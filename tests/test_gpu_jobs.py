@@ -12,6 +12,7 @@ from attnflow.access import load_sweep
 from attnflow.cli import main as attnflow_main
 from attnflow.config import load, validate
 from attnflow.layout import Layout
+from attnflow.numerics import ENGINE_NUMERICS
 from attnflow.plan import plan
 from attnflow.sweep import cell_id
 from attnflow.workflow import (
@@ -166,8 +167,43 @@ def test_auto_cells_keep_a_store_of_either_engine(tmp_path):
     record = {"cells": {cell_id(c): "" for c in sweep.batches[batch]}}
     assert {resources.job_engine(c, True) for c in sweep.batches[batch]} == {"jax"}  # a GPU would take them
     for engine in ("numba", "jax"):
-        held = {**record, "engines": dict.fromkeys(record["cells"], engine)}
+        held = {**record, "engines": dict.fromkeys(record["cells"], engine),
+                "engine_numerics": dict.fromkeys(record["cells"], ENGINE_NUMERICS[engine])}
         assert other_engines(sweep, batch, held) == {}
+        # ... under that engine's current numerics only: a jax store from before its version 2 is stale
+        older = {**held, "engine_numerics": dict.fromkeys(record["cells"], ENGINE_NUMERICS[engine] - 1)}
+        assert set(other_engines(sweep, batch, older).values()) == {
+            f"computed by {engine} under its numerics {ENGINE_NUMERICS[engine] - 1}, now "
+            f"{ENGINE_NUMERICS[engine]}"}
+    # A record from before engines had their own numerics: version 1 of each, numba's current one.
+    assert other_engines(sweep, batch, {**record, "engines": dict.fromkeys(record["cells"], "numba")}) == {}
+
+
+def test_a_change_of_one_engines_numerics_recomputes_only_its_cells(tmp_path, monkeypatch, capsys):
+    # ENGINE_NUMERICS lets the JAX engine's numbers move (GPU tuning) without recomputing every numba
+    # store, as a NUMERICS_VERSION bump would: here numba's entry moves and its cells are stale.
+    from attnflow.sweep import run_batch
+
+    config = _only_energy(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"]})
+    sweep = validate(load(config), reach_scheduler=False)
+    (batch, cells), = sweep.batches.items()
+    manifest = sweep.layout.manifest(batch)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    simulate_job(batch_params(sweep, batch), batch, sweep.config, str(manifest), log=lambda *_: None)
+    record = json.loads(manifest.read_text())
+    assert record["engine_numerics"] == dict.fromkeys(record["cells"], ENGINE_NUMERICS["numba"])
+    monkeypatch.setitem(ENGINE_NUMERICS, "jax", ENGINE_NUMERICS["jax"] + 1)  # another engine's: no effect
+    assert {s.status for s in cell_states(sweep).values()} == {"done"}
+    now = ENGINE_NUMERICS["numba"] + 1
+    monkeypatch.setitem(ENGINE_NUMERICS, "numba", now)
+    why = f"computed by numba under its numerics {now - 1}, now {now}"
+    assert {(s.status, s.detail) for s in cell_states(sweep).values()} == {("stale", why)}
+    assert attnflow_main(["status", "--configfile", str(config)]) == 0
+    assert f"{why} (the next `snakemake` recomputes it)" in capsys.readouterr().out
+    logs = []
+    result = run_batch(cells, batch, sweep.layout, log=logs.append)
+    assert sum(f"{why}: computed again" in line for line in logs) == len(cells), logs
+    assert result.engine_numerics == dict.fromkeys(result.cells, now)
 
 
 def test_a_job_keeps_an_auto_cell_computed_by_the_other_engine(tmp_path, monkeypatch):

@@ -33,5 +33,10 @@ CERTIFICATE_BOUND = 1e-4
 #    failure and t_failed and the attrs n_seeds_failed and seed_failures; censored is False for a
 #    failed seed (issue 39). The numbers of seeds that succeed are unchanged.
 NUMERICS_VERSION = 4
+# Each engine's own numbers, beside NUMERICS_VERSION (which covers what the engines share, and makes
+# every store stale): a change that moves one engine's numbers only bumps its entry, and only the cells
+# that engine computed are computed again. A cell records its engine's entry (``engine_numerics``); a
+# cell stored before these entries existed holds version 1 of its engine.
+ENGINE_NUMERICS = {"numba": 1, "jax": 1}
 
-__all__ = ["CERTIFICATE_BOUND", "NUMERICS_VERSION"]
+__all__ = ["CERTIFICATE_BOUND", "ENGINE_NUMERICS", "NUMERICS_VERSION"]

@@ -14,6 +14,7 @@ from .contract import ClusterEvent, Controller, Heads, IntegrationError, Problem
 from .engines import engine_for, solver_for
 from .heads import Form, head_matrices
 from .metadata import COORDINATES
+from .numerics import ENGINE_NUMERICS
 from .observables import CLUSTER_METRICS, variables
 from .resources import oversized
 from .tokens import initial_tokens, unit_rows
@@ -238,6 +239,7 @@ def simulate(
             "heads" if values is not None else _ALIGNED_VALUES_SOURCE),
         "solver": "Dormand-Prince 5(4), per-trajectory error control, retraction onto the sphere",
         "engine": engine_for(cell),  # the engine that ran: numba or jax (Cell.engine may say auto)
+        "engine_numerics": ENGINE_NUMERICS[engine_for(cell)],  # that engine's own numerics version
         "solver_heads_form": result.form,
         "solver_rhs_calls": int(result.n_rhs_calls.sum()),
         "solver_max_retraction": float(result.max_retraction.max()),

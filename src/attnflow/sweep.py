@@ -263,6 +263,7 @@ class BatchResult:
     failed: dict[str, str]
     seed_failures: dict[str, str] = dataclasses.field(default_factory=dict)
     engines: dict[str, str] = dataclasses.field(default_factory=dict)  # cell id -> engine
+    engine_numerics: dict[str, int] = dataclasses.field(default_factory=dict)  # cell id -> its version
 
 
 # Errors that fail one cell, named, and let its batch go on: the simulation's own, and the
@@ -298,6 +299,12 @@ def stored_engine(ds: xr.Dataset) -> str:
     return str(ds.attrs.get("engine", "numba"))
 
 
+def stored_engine_numerics(ds: xr.Dataset) -> int:
+    """The version of its engine's own numbers a stored cell was computed under (``engine_numerics``;
+    1 for a cell stored before engines had their own)."""
+    return int(ds.attrs.get("engine_numerics", 1))
+
+
 def recorded_engines(record: dict) -> dict[str, str]:
     """A store record's or manifest's engines by cell id (``run_batch`` records them): every cell it
     holds, ``numba`` for a cell recorded before the JAX engine existed."""
@@ -305,9 +312,24 @@ def recorded_engines(record: dict) -> dict[str, str]:
     return {cid: str(engines.get(cid, "numba")) for cid in record.get("cells") or ()}
 
 
-def engine_mismatch(stored: str, wanted: str) -> str:
-    """Why a cell computed by one engine is stale where another is asked for (status says so)."""
-    return f"computed by {stored}, this config asks for {wanted}"
+def recorded_engine_numerics(record: dict) -> dict[str, int]:
+    """A store record's or manifest's engine numerics versions by cell id (1 where none is recorded)."""
+    versions = record.get("engine_numerics") if isinstance(record.get("engine_numerics"), dict) else {}
+    return {cid: int(versions.get(cid, 1)) for cid in record.get("cells") or ()}
+
+
+def engine_staleness(stored: str, numerics: int, wanted: str | None) -> str | None:
+    """Why a cell that engine ``stored`` computed under its numerics version ``numerics`` is stale (status
+    says so), or None: another engine than the one its cell names (``wanted``; None for ``auto``, which
+    takes either), or another version of that engine's own numbers (``numerics.ENGINE_NUMERICS``)."""
+    from .numerics import ENGINE_NUMERICS
+
+    if wanted is not None and stored != wanted:
+        return f"computed by {stored}, this config asks for {wanted}"
+    current = ENGINE_NUMERICS.get(stored)
+    if numerics != current:
+        return f"computed by {stored} under its numerics {numerics}, now {current}"
+    return None
 
 
 def _pending_cells(directory: Path) -> dict[str, xr.Dataset]:
@@ -377,15 +399,15 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     # The engine each cell names; auto takes either (the store records which).
     wanted = {cid: engine_for(cell) for cell, cid in zip(cells, ids, strict=True) if cell.engine != "auto"}
 
-    def other_engine(cid, ds) -> bool:  # computed by another engine than the cell names
-        return cid in wanted and stored_engine(ds) != wanted[cid]
+    def stale_engine(cid, ds) -> str | None:  # another engine than the cell names, or its older numerics
+        return engine_staleness(stored_engine(ds), stored_engine_numerics(ds), wanted.get(cid))
 
-    for cid in [cid for cid, ds in have.items() if other_engine(cid, ds)]:
-        log(f"{names.get(cid, cid)}: {engine_mismatch(stored_engine(have.pop(cid)), wanted[cid])}: "
-            "computed again")
+    for cid, why in [(cid, why) for cid, ds in have.items() if (why := stale_engine(cid, ds))]:
+        del have[cid]
+        log(f"{names.get(cid, cid)}: {why}: computed again")
     stored = set(have)
     resumed = {cid: ds for cid, ds in _pending_cells(pending).items()
-               if cid not in have and not other_engine(cid, ds)}
+               if cid not in have and not stale_engine(cid, ds)}
     have.update(resumed)
     failed = {}
     unsaved: dict = {}  # computed since the last checkpoint
@@ -418,8 +440,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS and i < len(cells):
             groups = group_cells(unsaved)
             write(groups, pending / f"{cid}{STORE_SUFFIX}", versions=store_versions(), replace=True,
-                  meta={"batch": batch, "cells": placement(groups),
-                        "engines": {c: stored_engine(ds) for c, ds in unsaved.items()}})
+                  meta={"batch": batch, "cells": placement(groups), **_engines_of(unsaved)})
             log(f"checkpoint: {len(unsaved)} cells kept in {pending}")
             unsaved, last_checkpoint = {}, time.monotonic()
     done = [cid for cid in dict.fromkeys(ids) if cid in have]
@@ -432,7 +453,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         groups = group_cells({cid: have[cid] for cid in done})
         placed = placement(groups)
         write(groups, path, versions=store_versions(), replace=True,
-              meta={"batch": batch, "cells": placed, "engines": {c: stored_engine(have[c]) for c in done}})
+              meta={"batch": batch, "cells": placed, **_engines_of({c: have[c] for c in done})})
         log(f"{path.name}: {len(done)} cells written ({len(set(done) - stored)} new)")
     shutil.rmtree(pending, ignore_errors=True)
     seed_failures = {cid: str(have[cid].attrs["seed_failures"]) for cid in done
@@ -443,12 +464,20 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     if failed:
         log(f"{len(failed)} of {len(cells)} cells FAILED (recorded in the manifest; not retried until the "
             "cell or the numerics change)")
-    engines = {cid: stored_engine(have[cid]) for cid in placed if cid in have}
-    return BatchResult(path, placed, failed, seed_failures, engines)
+    held = _engines_of({cid: have[cid] for cid in placed if cid in have})
+    return BatchResult(path, placed, failed, seed_failures, held["engines"], held["engine_numerics"])
+
+
+def _engines_of(cells: dict[str, xr.Dataset]) -> dict[str, dict]:
+    """What a store's record and a manifest say of its cells' engines: each cell's engine and the version
+    of that engine's own numbers."""
+    return {"engines": {cid: stored_engine(ds) for cid, ds in cells.items()},
+            "engine_numerics": {cid: stored_engine_numerics(ds) for cid, ds in cells.items()}}
 
 
 __all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "Point", "STORE_SUFFIX", "Sweep",
            "batch_experiment", "cell_id", "cell_name", "config_digest", "describe_failures",
-           "engine_mismatch", "failure_remedy", "recorded_engines", "stored_engine",
+           "engine_staleness", "failure_remedy", "recorded_engine_numerics", "recorded_engines",
+           "stored_engine", "stored_engine_numerics",
            "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points", "store_versions",
            "stored_cells", "summary_versions", "verify_batch"]

@@ -26,7 +26,8 @@ from .sweep import (
     Sweep,
     cell_id,
     config_digest,
-    engine_mismatch,
+    engine_staleness,
+    recorded_engine_numerics,
     recorded_engines,
     summary_versions,
     verify_batch,
@@ -277,12 +278,13 @@ def store_health(sweep: Sweep, batch: str, record: dict, checksums: bool = False
 
 def other_engines(sweep: Sweep, batch: str, record: dict) -> dict[str, str]:
     """The cells a batch's manifest (or store) ``record`` holds that another engine computed than the
-    one their cell names (``engine: numba`` or ``jax``): cell id -> why (``sweep.engine_mismatch``). A
-    cell of ``engine: auto`` leaves the engine to the machine and keeps a store of either (``run_batch``)."""
-    held = recorded_engines(record)
-    named = {cell_id(c): c.engine for c in sweep.batches.get(batch, ()) if c.engine != "auto"}
-    return {cid: engine_mismatch(engine, named[cid]) for cid, engine in held.items()
-            if cid in named and engine != named[cid]}
+    one their cell names (``engine: numba`` or ``jax``), or that their engine computed under another
+    version of its own numbers: cell id -> why (``sweep.engine_staleness``). A cell of ``engine: auto``
+    leaves the engine to the machine and keeps a store of either (``run_batch``)."""
+    held, versions = recorded_engines(record), recorded_engine_numerics(record)
+    named = {cell_id(c): None if c.engine == "auto" else c.engine for c in sweep.batches.get(batch, ())}
+    return {cid: why for cid, engine in held.items()
+            if cid in named and (why := engine_staleness(engine, versions[cid], named[cid]))}
 
 
 def batch_health(sweep: Sweep, batch: str, record: dict,
@@ -658,6 +660,7 @@ def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=p
         "failed": result.failed,
         "seed_failures": result.seed_failures,
         "engines": result.engines,
+        "engine_numerics": result.engine_numerics,
         "numerics_version": _numerics_version(),
     }, indent=1))
 
