@@ -51,3 +51,18 @@ def test_experiment_arguments_list_their_choices(capsys):
         text = _help(capsys, command)
         listed = re.search(r"EXPERIMENT .*?one of (.*?) \(or one that", text).group(1)
         assert listed.split(", ") == names, (command, listed)
+
+
+def test_status_summary_names_every_state_it_reports(capsys):
+    from attnflow.cli import STATES
+
+    text = _help(capsys)  # attnflow --help: the one-line summary of each command
+    summary = re.search(r"status (cells .*?) schema", text).group(1)
+    assert all(state in summary for state in STATES), (summary, STATES)
+
+
+def test_docs_help_keeps_its_paths_lowercase(capsys):
+    # _command capitalises a summary for the command's own --help; a summary that starts with a path
+    # would read "Docs/experiments.md", a file that does not exist on a case-sensitive file system.
+    text = _help(capsys, "docs")
+    assert "docs/experiments.md and docs/config.md" in text and "Docs/" not in text, text

@@ -41,9 +41,10 @@ def test_crossover_beta_is_where_the_ratio_is_one():
 
 @pytest.mark.parametrize("beta", [0.5, 2.0, 8.0])
 def test_equiangular_particles_agree_with_the_closed_form_to_1e8(beta):
-    # The crossover experiment's own tolerances and fixed fields (its default block: rtol 1e-10).
-    # Measured: at most 8e-10 relative over these 12 times (docs/workflow.md quotes 1e-9); 1e-8 leaves a
-    # factor 10 for another CPU's round-off, and still fails a closed form or a run off by 1e-7.
+    # The crossover experiment's own tolerances and fixed fields (its default block: rtol 1e-9).
+    # Measured: at most 3.2e-9 relative over the 40 equiangular times of the default grid (8e-10 when the
+    # block ran at rtol 1e-10); 1e-8 leaves a factor 3 for another CPU's round-off, and still fails a
+    # closed form or a run off by 1e-7.
     fixed = registry().get("crossover").defaults["fixed"]
     keys = ("heads", "H", "n", "d", "lambda_bar", "cluster_metric", "stop_at_cluster", "t_max", "n_samples",
             "rtol", "atol")

@@ -314,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnflow", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"attnflow {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    status = _command(commands, "status", "cells done, missing, failed, corrupt and interrupted",
+    status = _command(commands, "status", "cells done, missing, failed, corrupt, interrupted and stale",
                             description="Per experiment: its cells by state, the summaries to rebuild, the "
                                         "stores above the accuracy certificate's bound, and an ETA.")
     _configfile(status)
@@ -337,7 +337,8 @@ def _parser() -> argparse.ArgumentParser:
                                            "experiments")
     schema.add_argument("--output", metavar="FILE", help="write to this file instead of stdout")
     schema.set_defaults(func=_schema)
-    docs = _command(commands, "docs", "docs/experiments.md and docs/config.md, generated from the code")
+    docs = _command(commands, "docs", "docs/experiments.md and docs/config.md, generated from the code",
+                    description="The pages docs/experiments.md and docs/config.md, generated from the code.")
     docs.add_argument("--output", metavar="DIR",
                       help="write both pages into this directory instead of stdout")
     docs.set_defaults(func=_docs)

@@ -55,8 +55,9 @@ TOP_LEVEL = {
     "dask_scheduler": ("threads", "aggregation scheduler: threads, synchronous, distributed (a local "
                                   "dask.distributed cluster) or the address tcp://host:port of a running "
                                   "scheduler"),
-    "figure_width": (7.0, "width of every figure in inches, the width it is printed at (7: a journal's text "
-                          "width; 3.5: a column); no text in a figure is smaller than 7 pt at that width"),
+    "figure_width": (7.0, f"width of every figure in inches ({FIGURE_WIDTHS[0]:g} to {FIGURE_WIDTHS[1]:g}), "
+                          "the width it is printed at (7: a journal's text width; 3.5: a column); no text in "
+                          "a figure is smaller than 7 pt at that width"),
     "experiment_modules": ([], "importable modules that each define an EXPERIMENT, added to the "
                                "built-in experiments"),
     "defaults": ({}, "cell fields for every experiment: a block's fixed values win over them, they win "

@@ -51,7 +51,7 @@ class Crossover(Experiment):
                "seeds); crosses: cells where some relu runs froze into several clusters and never reached "
                "the level (their median ratio is inf when most froze).")
     reading = ("On the equiangular start the particles reproduce the closed-form ratio to the solver's "
-               "tolerance (the title gives the worst relative gap; the tests require 1e-6). Relu has no "
+               "tolerance (the title gives the worst relative gap; the tests require 1e-8). Relu has no "
                "drive at gamma = 0 and softmax's drive falls like e^{-beta lambda (1 - gamma)}, so at "
                "small beta softmax is faster at every level, and relu's late-time drive, proportional "
                "to beta, wins at larger beta: the ratio = 1 contour runs from beta ~ 2.8 at gamma1 = 0.5 "
