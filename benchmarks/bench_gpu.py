@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/bench_gpu.py            # S, M, L, XL, XXL (at most 5 minutes)
     PYTHONPATH=src python benchmarks/bench_gpu.py --quick    # tiny cells: checks that it runs (CPU too)
+    PYTHONPATH=src python benchmarks/bench_gpu.py --cells S,M  # a subset (JAX's CPU build: its overhead)
 
 Columns: positions only from a 30-line diffrax integration of the same field (``raw_diffrax``: vmap +
 jit, Dopri5 + PID at the cell's tolerances); ``attnflow.jaxengine.solve`` with every default observable
@@ -104,6 +105,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny cells, to check that the script runs")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cells", default=None, help="comma-separated subset of the cells, e.g. S,M")
     args = parser.parse_args(argv)
     import jax
 
@@ -115,7 +117,13 @@ def main(argv=None):
              "| numba engine, host cores (s) |",
              "|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    for name, shape in (QUICK if args.quick else CELLS).items():
+    cells = QUICK if args.quick else CELLS
+    for name in args.cells.split(",") if args.cells else []:
+        if name not in cells:
+            parser.error(f"--cells: {name!r} is not one of {', '.join(cells)}")
+    for name, shape in cells.items():
+        if args.cells and name not in args.cells.split(","):
+            continue
         cell, m, x0 = problem(shape, args.quick)
         label = f"{name} n={cell.n} d={cell.d} H={cell.H}, {cell.n_seeds} seeds"
         raw = best_of(raw_diffrax(cell, m, x0), args.repeat)

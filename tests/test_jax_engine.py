@@ -176,3 +176,29 @@ def test_simulate_runs_a_cell_on_the_engine_it_names():
                                    atol=AGREE * (1.0 + np.abs(theirs[name].values).max()), err_msg=name)
     # the certificate reruns on the cell's engine, at 100x tighter tolerances
     assert ours.attrs["certificate_error"] < 1e-6
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_samples_measured_in_chunks_agree_with_all_at_once(monkeypatch, chunk):
+    # On a CPU the samples are measured a cache-sized chunk at a time (jaxengine.integrate._sample_bytes):
+    # one sample, or 3 of 7 (a remainder of 1), against all 7 at once. The same arithmetic, vectorised
+    # over other shapes by XLA: the sums may differ in their last bits, far below a modelling slip.
+    from attnflow.jaxengine import integrate
+
+    problem, controller, saveat, event = _cell(0, "softmax", "none", "dense", True)
+    B, n, d = problem.x0.shape
+    per_sample = 8 * B * 2 * n * (8 * n + 4 * d)  # integrate's estimate, H = 2
+
+    def solve(budget):
+        monkeypatch.setattr(integrate, "_sample_bytes", lambda: budget)
+        integrate.batch_solver.cache_clear()  # the chunk is fixed where the solver is traced
+        return jaxengine.solve(problem, controller, saveat, ClusterEvent("gamma_mean", 0.7, stop=False))
+
+    whole, chunked = solve(2 ** 40), solve(chunk * per_sample)
+    integrate.batch_solver.cache_clear()
+    for name, value in whole.variables.items():
+        if value.dtype.kind == "i":
+            np.testing.assert_array_equal(chunked.variables[name], value, err_msg=name)
+        else:
+            np.testing.assert_allclose(chunked.variables[name], value, rtol=0,
+                                       atol=1e-13 * (1.0 + np.nanmax(np.abs(value))), err_msg=name)

@@ -21,10 +21,14 @@ from .field import TrajectoryHeads, evaluate, kernel
 from .measure import METRIC_GAPS, measure
 from .tables import KERNELS  # noqa: F401  (every declaration has its kernel, or is refused by name)
 
-# Observables are measured for this many samples at once (vmapped over the batch): the rest of the
-# samples wait in a sequential map, so the scores of a large cell (H n^2 per trajectory) never
-# exist for every sample at once.
-_SAMPLE_BYTES = 2 ** 30
+
+def _sample_bytes() -> int:
+    """How many bytes of measurement run at once: observables are measured for as many samples at once
+    (vmapped over the batch) as fit, the rest waiting in a sequential map, so the scores of a large cell
+    (H n^2 per trajectory) never exist for every sample at once. On a CPU the measurement's elementwise
+    passes over the scores are bound by memory: a cache-sized working set, one sample at a time from
+    bench_peers' M up, pays (docs/performance.md, "The JAX engine"); an accelerator takes large chunks."""
+    return 2 ** 22 if jax.default_backend() == "cpu" else 2 ** 30
 
 
 def _error_scale() -> float:
@@ -220,10 +224,12 @@ def batch_solver(rules: Rules):
                 x[rows, k - 1], heads, beta, t_eval[k - 1], t_eval[k])
             t_cluster = jnp.where(~crossed, jnp.nan, jnp.where(first == 0, t_eval[0], located))
         # Measure: samples in chunks (each vmapped over the batch and the chunk) under a sequential map.
-        H = next(a for a in heads if a is not None).shape[1]
+        # a trajectory's heads have H first; a batch's, after the trajectory axis (rules.head_axes: 0)
+        H = next(a.shape[1] if axis == 0 else a.shape[0]
+                 for a, axis in zip(heads, rules.head_axes, strict=True) if a is not None)
         # bytes of one sample's measurement for the batch: about eight (H, n, n) and four (H, n, d) arrays
         per_sample = 8 * B * H * x0.shape[1] * (8 * x0.shape[1] + 4 * x0.shape[2])
-        chunk = int(max(1, min(T, _SAMPLE_BYTES // per_sample)))
+        chunk = int(max(1, min(T, _sample_bytes() // per_sample)))
         by_time = jnp.swapaxes(x, 0, 1)  # (T, B, n, d)
         on_batch = jax.vmap(functools.partial(observe, level=tol.level), in_axes=(0, head_axes, 0))
         recorded = jax.lax.map(lambda xt: on_batch(xt, heads, beta), by_time, batch_size=chunk)
