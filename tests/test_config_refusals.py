@@ -39,6 +39,22 @@ def _with(**edits):
     ({"experiments.beta_star.fixed.rtol": "1e-8"},
      r"^experiments\.beta_star\.fixed\.rtol: '1e-8' is not of type 'number' \('1e-8' is a string to YAML: "
      r"write an exponent with a dot and a sign, e\.g\. 1\.0e-08\)"),
+    # A quoted number is a string too, but no exponent: the hint says to drop the quotes (it said to
+    # write '6' as 6.0e+00, which an integer field refuses in turn).
+    ({"experiments.beta_star.fixed.d": "6"},
+     r"^experiments\.beta_star\.fixed\.d: '6' is not of type 'integer' \('6' is a string to YAML: write "
+     r"the number without quotes\)$"),
+    ({"experiments.beta_star.fixed.t_max": "0.5"}, r"\('0\.5' is a string to YAML: write the number without "
+     r"quotes\)$"),
+    # An exponent where an integer goes: its digits, not another float.
+    ({"experiments.beta_star.fixed.d": "1e3"},
+     r"^experiments\.beta_star\.fixed\.d: '1e3' is not of type 'integer' \('1e3' is a string to YAML: "
+     r"write the integer in digits, 1000\)$"),
+    ({"experiments.beta_star.fixed.seeds": "4"}, r"\('4' is a string to YAML: write the number without "
+     r"quotes\)$"),
+    # Not a finite number: no hint to write it otherwise.
+    ({"experiments.beta_star.fixed.t_max": "nan"},
+     r"^experiments\.beta_star\.fixed\.t_max: 'nan' is not of type 'number'$"),
     # Sizes no machine holds: refused here, not as a MemoryError in a job (or while validating).
     ({"experiments.beta_star.fixed.seeds": 10**9},
      r"^experiments\.beta_star .*Cell\.seeds = 1000000000: at most 1,000,000 seeds in one cell"),

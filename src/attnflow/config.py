@@ -209,16 +209,30 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
 
 
 def _number_hint(error: jsonschema.ValidationError) -> str:
-    """YAML 1.1 reads ``1e-8`` (no dot) as a string: say so where a number was expected."""
+    """A number YAML read as a string, where a number was expected: YAML 1.1 reads an exponent without
+    a dot and a sign (``1e-8``) so, and any number in quotes. Says how to write it."""
     instance = error.instance
-    if isinstance(instance, str):
-        try:
-            float(instance)
-        except ValueError:
-            return ""
-        return (f" ({instance!r} is a string to YAML: write an exponent with a dot and a sign, "
-                f"e.g. {float(instance):.1e})")
-    return ""
+    if not isinstance(instance, str):
+        return ""
+    try:
+        value = float(instance)
+    except ValueError:
+        return ""
+    if not math.isfinite(value):  # 'nan', 'inf': no way of writing them is accepted
+        return ""
+    if "e" not in instance.lower():
+        return f" ({instance!r} is a string to YAML: write the number without quotes)"
+    if _wants_integer(error.schema):
+        return (f" ({instance!r} is a string to YAML: write the integer in digits, {int(value)})"
+                if value.is_integer() else "")
+    return f" ({instance!r} is a string to YAML: write an exponent with a dot and a sign, e.g. {value:.1e})"
+
+
+def _wants_integer(schema) -> bool:
+    """Whether a schema (or one of its ``anyOf`` choices: a seed count or list) takes an integer."""
+    if not isinstance(schema, dict):
+        return False
+    return schema.get("type") == "integer" or any(_wants_integer(s) for s in schema.get("anyOf", ()))
 
 
 # --- validation ------------------------------------------------------------------------------------
