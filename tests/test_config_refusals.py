@@ -143,6 +143,9 @@ def test_results_that_is_a_file_is_refused(tmp_path):
     (["plan", "--cores", "-4"], "--cores"),
     (["status", "--certificate-bound", "nan"], "--certificate-bound"),
     (["status", "--certificate-bound", "-1"], "--certificate-bound"),
+    # A negative GPU count was planned as none ("the run is given none (gpu=0)"), the -1 unnamed.
+    (["plan", "--gpus", "-1"], "--gpus"),
+    (["status", "--gpus", "-1"], "--gpus"),
 ])
 def test_cli_numbers_out_of_range_are_refused(argv, option, capsys):
     with pytest.raises(SystemExit) as exit_:
