@@ -292,6 +292,14 @@ def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
     return state, cells
 
 
+def _renamed_stores(path: Path, batch: str) -> list[Path]:
+    """Stores of this batch under another name: its experiment's, with the digest of the same grid
+    coordinates (``_batch_key``), whose label lists the axes in another order."""
+    experiment, digest = batch_experiment(batch), batch.rsplit("-", 1)[-1]
+    return [p for p in sorted(path.parent.glob(f"{experiment}-*{digest}{STORE_SUFFIX}"))
+            if p != path and p.name[: -len(STORE_SUFFIX)].rsplit("-", 1)[-1] == digest]
+
+
 def stored_engine(ds: xr.Dataset) -> str:
     """The engine that computed a stored cell (its ``engine`` attribute): ``numba`` or ``jax``; a cell
     stored before the JAX engine existed has none, and was computed by numba."""
@@ -388,6 +396,14 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     resumed = {cid: ds for cid, ds in _pending_cells(pending).items()
                if cid not in have and not other_engine(cid, ds)}
     have.update(resumed)
+    # A batch renamed (its grid's axes listed in another order): its cells from the store of its old name.
+    renamed: dict[str, str] = {}  # cell id -> that store
+    if not state.ok:
+        wanted_ids = set(ids)
+        for old in _renamed_stores(path, batch):
+            for cid, ds in _read_cells(old)[1].items():
+                if cid in wanted_ids and cid not in have and not other_engine(cid, ds):
+                    have[cid], renamed[cid] = ds, old.name
     failed = {}
     unsaved: dict = {}  # computed since the last checkpoint
     last_checkpoint = time.monotonic()
@@ -404,8 +420,9 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         for i, (cell, cid) in enumerate(zip(cells, ids, strict=True), 1):
             name = names.get(cid, cid)
             if cid in have:
-                log(f"[{i}/{len(cells)}] {name}: complete" + (", skipped" if cid in stored else
-                                                               " (finished by a killed job), skipped"))
+                where = "" if cid in stored else f" (in {renamed[cid]})" if cid in renamed else \
+                    " (finished by a killed job)"
+                log(f"[{i}/{len(cells)}] {name}: complete{where}, skipped")
                 continue
             start, compiled = time.perf_counter(), compilations()
             try:
