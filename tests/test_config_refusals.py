@@ -83,6 +83,24 @@ def test_a_leading_zero_is_refused_not_read_as_octal(tmp_path):
     assert load(path)["experiments"]["beta_star"]["fixed"]["seeds"] == 0  # a plain 0 is no octal
 
 
+@pytest.mark.parametrize("text, message", [
+    # Where and what: the message was the parser's first line alone ("while parsing a flow mapping").
+    ("experiments:\n  beta_star: {fixed: {d: 4}\n",
+     r"c\.yaml: line 3: not valid YAML: expected ',' or '\}', but got '<stream end>' \(while parsing a flow "
+     r"mapping at line 2\)$"),
+    ("experiments:\n\tbeta_star: {}\n",
+     r"c\.yaml: line 2: not valid YAML: found character '\\t' that cannot start any token$"),
+    ("results: out\nexperiments: a: b\n",
+     r"c\.yaml: line 2: not valid YAML: mapping values are not allowed here$"),
+])
+def test_invalid_yaml_names_the_line_and_the_problem(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as err:
+        load(path)
+    assert "\n" not in str(err.value)
+
+
 def test_a_yaml_merge_key_is_valid(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("results: out\nx-cell: &cell {heads: block, d: 4, t_max: 1.0}\nexperiments:\n"

@@ -104,6 +104,17 @@ def _no_octal(loader, node):
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_octal)
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """A parser's error in one line: the line of the problem, the problem, and what it was parsing
+    where (its own message spreads these over several lines, the problem last)."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    if not problem or mark is None:
+        return f"not valid YAML: {str(err).splitlines()[0]}"
+    context, where = getattr(err, "context", None), getattr(err, "context_mark", None)
+    within = f" ({context} at line {where.line + 1})" if context and where and where.line != mark.line else ""
+    return f"line {mark.line + 1}: not valid YAML: {problem}{within}"
+
+
 def load(path: str | Path) -> dict:
     """Read a config file strictly: duplicated keys and malformed YAML are ``ConfigError``."""
     path = Path(path)
@@ -116,7 +127,7 @@ def load(path: str | Path) -> dict:
     try:
         config = loader.get_single_data()
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+        raise ConfigError(f"{path}: {_yaml_problem(err)}") from None
     finally:
         loader.dispose()
     if not isinstance(config, dict):
