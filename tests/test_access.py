@@ -97,6 +97,16 @@ def test_open_cells_names_values_not_on_the_grid(tiny_run):
     assert attnflow.open_cells("beta_star", configfile=config, d=4, n=4).sizes["n"] == 1
 
 
+def test_open_cells_refuses_an_empty_selection(tmp_path):
+    # An empty list selects no value: said with the axis named, before any store is read (it was
+    # xarray's "must supply at least one object to concatenate", or every cell for a fixed field).
+    fresh = write_config(tmp_path)
+    with pytest.raises(NotOnGrid, match=r"^beta_star: n = \[\]: no value given \(n: \[4, 6\]\)$"):
+        attnflow.open_cells("beta_star", configfile=fresh, n=[])
+    with pytest.raises(NotOnGrid, match=r"^beta_star: d = \[\]: no value given \(d is fixed at 4\)$"):
+        attnflow.open_cells("beta_star", configfile=fresh, d=[])
+
+
 def test_open_cells_of_a_run_not_done(tiny_run, tmp_path):
     fresh = write_config(tmp_path)
     with pytest.raises(NotBuiltError, match=r"4 of 4 cells have no store yet .*`snakemake .* --configfile"):

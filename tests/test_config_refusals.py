@@ -39,6 +39,22 @@ def _with(**edits):
     ({"experiments.beta_star.fixed.rtol": "1e-8"},
      r"^experiments\.beta_star\.fixed\.rtol: '1e-8' is not of type 'number' \('1e-8' is a string to YAML: "
      r"write an exponent with a dot and a sign, e\.g\. 1\.0e-08\)"),
+    # A quoted number is a string too, but no exponent: the hint says to drop the quotes (it said to
+    # write '6' as 6.0e+00, which an integer field refuses in turn).
+    ({"experiments.beta_star.fixed.d": "6"},
+     r"^experiments\.beta_star\.fixed\.d: '6' is not of type 'integer' \('6' is a string to YAML: write "
+     r"the number without quotes\)$"),
+    ({"experiments.beta_star.fixed.t_max": "0.5"}, r"\('0\.5' is a string to YAML: write the number without "
+     r"quotes\)$"),
+    # An exponent where an integer goes: its digits, not another float.
+    ({"experiments.beta_star.fixed.d": "1e3"},
+     r"^experiments\.beta_star\.fixed\.d: '1e3' is not of type 'integer' \('1e3' is a string to YAML: "
+     r"write the integer in digits, 1000\)$"),
+    ({"experiments.beta_star.fixed.seeds": "4"}, r"\('4' is a string to YAML: write the number without "
+     r"quotes\)$"),
+    # Not a finite number: no hint to write it otherwise.
+    ({"experiments.beta_star.fixed.t_max": "nan"},
+     r"^experiments\.beta_star\.fixed\.t_max: 'nan' is not of type 'number'$"),
     # Sizes no machine holds: refused here, not as a MemoryError in a job (or while validating).
     ({"experiments.beta_star.fixed.seeds": 10**9},
      r"^experiments\.beta_star .*Cell\.seeds = 1000000000: at most 1,000,000 seeds in one cell"),
@@ -65,6 +81,24 @@ def test_a_leading_zero_is_refused_not_read_as_octal(tmp_path):
         load(path)
     path.write_text("results: out\nexperiments:\n  beta_star:\n    fixed: {d: 4, seeds: 0}\n")
     assert load(path)["experiments"]["beta_star"]["fixed"]["seeds"] == 0  # a plain 0 is no octal
+
+
+@pytest.mark.parametrize("text, message", [
+    # Where and what: the message was the parser's first line alone ("while parsing a flow mapping").
+    ("experiments:\n  beta_star: {fixed: {d: 4}\n",
+     r"c\.yaml: line 3: not valid YAML: expected ',' or '\}', but got '<stream end>' \(while parsing a flow "
+     r"mapping at line 2\)$"),
+    ("experiments:\n\tbeta_star: {}\n",
+     r"c\.yaml: line 2: not valid YAML: found character '\\t' that cannot start any token$"),
+    ("results: out\nexperiments: a: b\n",
+     r"c\.yaml: line 2: not valid YAML: mapping values are not allowed here$"),
+])
+def test_invalid_yaml_names_the_line_and_the_problem(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as err:
+        load(path)
+    assert "\n" not in str(err.value)
 
 
 def test_a_yaml_merge_key_is_valid(tmp_path):
@@ -127,6 +161,9 @@ def test_results_that_is_a_file_is_refused(tmp_path):
     (["plan", "--cores", "-4"], "--cores"),
     (["status", "--certificate-bound", "nan"], "--certificate-bound"),
     (["status", "--certificate-bound", "-1"], "--certificate-bound"),
+    # A negative GPU count was planned as none ("the run is given none (gpu=0)"), the -1 unnamed.
+    (["plan", "--gpus", "-1"], "--gpus"),
+    (["status", "--gpus", "-1"], "--gpus"),
 ])
 def test_cli_numbers_out_of_range_are_refused(argv, option, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -102,6 +102,41 @@ def test_killed_job_leaves_no_complete_store_and_resumes(tmp_path, tiny_run):
     assert_same_cells(got, stored(reference))
 
 
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_an_interrupted_job_keeps_every_cell_it_finished(tmp_path, monkeypatch, stop):
+    """Ctrl-C (SIGINT to the job) or SIGTERM (SLURM's time limit, scancel, kill) mid-batch: the cells
+    finished since the last checkpoint are checkpointed on the way out, and the next run computes none of
+    them again (before, up to CHECKPOINT_SECONDS of finished cells were lost)."""
+    from attnflow.workflow import stop_on_sigterm
+
+    cells = [Cell(H=1, n=3, d=3, beta=beta, seeds=1, t_max=0.5, n_samples=2) for beta in (0.5, 1.0, 2.0, 4.0)]
+    layout = Layout(tmp_path / "stopped")
+    real, calls = simulate_module.simulate, []
+
+    def stopped_at_the_third(cell, **kwargs):
+        calls.append(cell)
+        if len(calls) == 3:
+            if stop == "ctrl-c":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler raises at the next bytecode, in this frame
+        return real(cell, **kwargs)
+
+    monkeypatch.setattr(simulate_module, "simulate", stopped_at_the_third)
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt if stop == "ctrl-c" else SystemExit) as err, stop_on_sigterm():
+        run_batch(cells, "b", layout, log=lambda *_: None)  # CHECKPOINT_SECONDS: none before the stop
+    assert signal.getsignal(signal.SIGTERM) is previous  # simulate_job's handler is its own
+    if stop == "sigterm":
+        assert err.value.code == 128 + signal.SIGTERM  # what a shell reports for a job killed by SIGTERM
+    assert not layout.store("b").exists() and len(list(layout.pending("b").iterdir())) == 1
+    monkeypatch.setattr(simulate_module, "simulate", real)
+    log = []
+    result = run_batch(cells, "b", layout, log=log.append)
+    assert sum("finished by a killed job" in line for line in log) == 2
+    assert sum("computed in" in line for line in log) == 2
+    assert set(result.cells) == {cell_id(c) for c in cells} and not layout.pending("b").exists()
+
+
 def test_failed_seeds_are_stored_reported_and_never_recomputed(tmp_path, capsys):
     # Flat usa blows up in finite time: t_max = 5 makes the delta = 0.1 cell's seeds fail (step-size
     # underflow) while t_max = 0.2 finishes. Every cell is stored, its failed seeds marked.

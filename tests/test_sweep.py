@@ -1,8 +1,9 @@
 import pytest
+from sweep_helpers import assert_same_cells
 
 from attnflow import Cell
 from attnflow.config import ConfigError, points_of, validate
-from attnflow.sweep import cell_id, spec_points
+from attnflow.sweep import cell_id, run_batch, spec_points, stored_cells
 
 CONFIG = {
     "experiments": {
@@ -46,6 +47,32 @@ def test_batches_group_the_fast_axis_and_are_stable_under_new_values():
     for name, cells in batches.items():
         assert [cell_id(c) for c in grown[name]] == [cell_id(c) for c in cells]
     assert len(grown) == 3
+
+
+def test_grid_axes_in_another_order_compute_nothing_again(tmp_path):
+    """The same grid with its axes listed in another order (a config written by yaml.safe_dump, which sorts
+    keys) names its batches otherwise; their jobs take the cells from the stores of the old names instead
+    of computing them again (before, every cell was computed anew)."""
+    first = {"results": str(tmp_path / "results"), **_with_grid(H=[2], n=[4, 6], beta=[0.5, 1.0])}
+    reordered = {"results": str(tmp_path / "results"), **_with_grid(n=[4, 6], H=[2], beta=[0.5, 1.0])}
+    first["experiments"]["beta_star"]["fixed"] = {**CONFIG["experiments"]["beta_star"]["fixed"], "seeds": 1,
+                                                  "t_max": 0.2, "n_samples": 3}
+    reordered["experiments"]["beta_star"]["fixed"] = first["experiments"]["beta_star"]["fixed"]
+    before, after = validate(first), validate(reordered)
+    assert set(before.batches) != set(after.batches)  # the label follows the grid's order
+    for batch, cells in before.batches.items():
+        run_batch(cells, batch, before.layout, log=lambda *_: None)
+    log = []
+    for batch, cells in after.batches.items():
+        result = run_batch(cells, batch, after.layout, log=log.append)
+        assert set(result.cells) == {cell_id(c) for c in cells} and after.layout.store(batch).exists()
+    assert not [line for line in log if "computed in" in line]
+    assert sum("skipped" in line for line in log) == 4
+
+    def cells_of(sweep):
+        return {cid: ds for b in sweep.batches for cid, ds in stored_cells(sweep.layout.store(b)).items()}
+
+    assert_same_cells(cells_of(after), cells_of(before))
 
 
 def test_a_cell_shared_by_two_experiments_is_owned_by_one_batch():

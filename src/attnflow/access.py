@@ -152,10 +152,13 @@ def select_points(sweep, experiment: str, coords: dict):
     wanted = {}
     for axis, value in coords.items():
         values = _as_list(value)
+        where = f"fixed at {spec.fixed[axis]!r}" if axis in spec.fixed else "not a cell field"
+        if not values:  # selects nothing: no grid point (an empty dataset) is never what was meant
+            choices = f"{axis}: {spec.values(axis)}" if axis in spec.grid else f"{axis} is {where}"
+            raise NotOnGrid(f"{experiment}: {axis} = {value!r}: no value given ({choices})")
         if axis not in spec.grid:
             if axis in spec.fixed and all(_same(v, spec.fixed[axis]) for v in values):
                 continue  # a fixed field at its value selects everything
-            where = f"fixed at {spec.fixed[axis]!r}" if axis in spec.fixed else "not a cell field"
             raise NotOnGrid(f"{experiment}: {axis} = {value!r} is not on the grid ({axis} is {where}; grid "
                            f"axes: {', '.join(spec.grid) or 'none'})")
         on_grid = spec.values(axis)

@@ -256,16 +256,22 @@ def _plan(args) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    """An integer >= 1 (``--rounds 0`` would run the workflow and refine nothing; ``--cores 0`` plans
-    on no core)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
-    return value
+def _at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value}: must be at least {minimum}")
+        return value
+    return parse
+
+
+# An integer >= 1 (``--rounds 0`` would run the workflow and refine nothing; ``--cores 0`` plans on no core).
+_positive = _at_least(1)
+# A GPU count: 0 is none (the JAX engine's cells on the CPU cores), a negative one a mistake.
+_gpu_count = _at_least(0)
 
 
 def _bound(text: str) -> float:
@@ -324,7 +330,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="read every byte of every store against its checksums (finds bit rot, which the "
                              "check of sizes and times at every start cannot see)")
     status.add_argument("--cores", type=_positive, help="cores the run uses, for its ETA (default: all here)")
-    status.add_argument("--gpus", type=int, metavar="N",
+    status.add_argument("--gpus", type=_gpu_count, metavar="N",
                         help="the GPUs the run's jobs may hold at once, as snakemake --resources gpu=N, for "
                              "its ETA: cells on the JAX engine priced on the GPU (default: one where jax "
                              "sees a GPU here and a cell's engine is auto)")
@@ -362,7 +368,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--cores", type=_positive,
                       help="cores to run on (default: the profile's, else all here)")
     plan.add_argument("--results", metavar="DIR", help="override the config's results directory")
-    plan.add_argument("--gpus", type=int, metavar="N",
+    plan.add_argument("--gpus", type=_gpu_count, metavar="N",
                       help="the GPUs the run's jobs may hold at once, as snakemake --resources gpu=N (a "
                            "cluster's login node sees none; 0: none): where engine auto cells run, so what "
                            "they cost (default: the profile's, else one where jax sees a GPU here)")

@@ -105,6 +105,17 @@ def _no_octal(loader, node):
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_octal)
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """A parser's error in one line: the line of the problem, the problem, and what it was parsing
+    where (its own message spreads these over several lines, the problem last)."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    if not problem or mark is None:
+        return f"not valid YAML: {str(err).splitlines()[0]}"
+    context, where = getattr(err, "context", None), getattr(err, "context_mark", None)
+    within = f" ({context} at line {where.line + 1})" if context and where and where.line != mark.line else ""
+    return f"line {mark.line + 1}: not valid YAML: {problem}{within}"
+
+
 def load(path: str | Path) -> dict:
     """Read a config file strictly: duplicated keys and malformed YAML are ``ConfigError``."""
     path = Path(path)
@@ -117,7 +128,7 @@ def load(path: str | Path) -> dict:
     try:
         config = loader.get_single_data()
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+        raise ConfigError(f"{path}: {_yaml_problem(err)}") from None
     finally:
         loader.dispose()
     if not isinstance(config, dict):
@@ -210,16 +221,30 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
 
 
 def _number_hint(error: jsonschema.ValidationError) -> str:
-    """YAML 1.1 reads ``1e-8`` (no dot) as a string: say so where a number was expected."""
+    """A number YAML read as a string, where a number was expected: YAML 1.1 reads an exponent without
+    a dot and a sign (``1e-8``) so, and any number in quotes. Says how to write it."""
     instance = error.instance
-    if isinstance(instance, str):
-        try:
-            float(instance)
-        except ValueError:
-            return ""
-        return (f" ({instance!r} is a string to YAML: write an exponent with a dot and a sign, "
-                f"e.g. {float(instance):.1e})")
-    return ""
+    if not isinstance(instance, str):
+        return ""
+    try:
+        value = float(instance)
+    except ValueError:
+        return ""
+    if not math.isfinite(value):  # 'nan', 'inf': no way of writing them is accepted
+        return ""
+    if "e" not in instance.lower():
+        return f" ({instance!r} is a string to YAML: write the number without quotes)"
+    if _wants_integer(error.schema):
+        return (f" ({instance!r} is a string to YAML: write the integer in digits, {int(value)})"
+                if value.is_integer() else "")
+    return f" ({instance!r} is a string to YAML: write an exponent with a dot and a sign, e.g. {value:.1e})"
+
+
+def _wants_integer(schema) -> bool:
+    """Whether a schema (or one of its ``anyOf`` choices: a seed count or list) takes an integer."""
+    if not isinstance(schema, dict):
+        return False
+    return schema.get("type") == "integer" or any(_wants_integer(s) for s in schema.get("anyOf", ()))
 
 
 # --- validation ------------------------------------------------------------------------------------

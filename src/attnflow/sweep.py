@@ -293,6 +293,14 @@ def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
     return state, cells
 
 
+def _renamed_stores(path: Path, batch: str) -> list[Path]:
+    """Stores of this batch under another name: its experiment's, with the digest of the same grid
+    coordinates (``_batch_key``), whose label lists the axes in another order."""
+    experiment, digest = batch_experiment(batch), batch.rsplit("-", 1)[-1]
+    return [p for p in sorted(path.parent.glob(f"{experiment}-*{digest}{STORE_SUFFIX}"))
+            if p != path and p.name[: -len(STORE_SUFFIX)].rsplit("-", 1)[-1] == digest]
+
+
 def stored_engine(ds: xr.Dataset) -> str:
     """The engine that computed a stored cell (its ``engine`` attribute): ``numba`` or ``jax``; a cell
     stored before the JAX engine existed has none, and was computed by numba."""
@@ -355,9 +363,10 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     all of a complete store's, the intact groups' of a corrupt one (the damaged
     ones are computed again), none of a stale one's (another numerics version).
     The cells computed are checkpointed into ``Layout.pending`` (a store each
-    ``CHECKPOINT_SECONDS``), so a job killed mid-batch loses at most that much
-    work; the batch's store is written when every cell is done, and the
-    checkpoints removed. A seed that fails (step budget, step-size underflow,
+    ``CHECKPOINT_SECONDS``, and one on the way out of a job stopped by Ctrl-C or
+    SIGTERM), so a job killed mid-batch loses at most that much work (stopped:
+    the cell it was computing); the batch's store is written when every cell is
+    done, and the checkpoints removed. A seed that fails (step budget, step-size underflow,
     non-finite values) is stored as failed with its cell (``simulate``): the
     numbers decide it, so the stored cell is final until the cell, its
     ``max_steps`` or the numerics version changes, unless ``retry_failed``
@@ -409,40 +418,65 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     resumed = {cid: ds for cid, ds in _pending_cells(pending).items()
                if cid not in have and not stale_engine(cid, ds)}
     have.update(resumed)
+    # A batch renamed (its grid's axes listed in another order): its cells from the store of its old name.
+    renamed: dict[str, str] = {}  # cell id -> that store
+    if not state.ok:
+        wanted_ids = set(ids)
+        for old in _renamed_stores(path, batch):
+            for cid, ds in _read_cells(old)[1].items():
+                if cid in wanted_ids and cid not in have and not stale_engine(cid, ds):
+                    have[cid], renamed[cid] = ds, old.name
     failed = {}
     unsaved: dict = {}  # computed since the last checkpoint
     last_checkpoint = time.monotonic()
-    for i, (cell, cid) in enumerate(zip(cells, ids, strict=True), 1):
-        name = names.get(cid, cid)
-        if cid in have:
-            log(f"[{i}/{len(cells)}] {name}: complete" + (", skipped" if cid in stored else
-                                                           " (finished by a killed job), skipped"))
-            continue
-        start, compiled = time.perf_counter(), compilations()
-        try:
-            ds = simulate(cell)
-        except (SimulationError, *CELL_ERRORS) as err:
-            error = str(err) if isinstance(err, SimulationError) else \
-                f"{describe(cell)}: {type(err).__name__} in the simulation: {err}"
-            failed[cid] = error
-            log(f"[{i}/{len(cells)}] {name}: FAILED: {error}")
-            continue
-        elapsed = time.perf_counter() - start
-        ds.attrs.update({"cell_id": cid, **store_versions(), **(provenance or {})})
-        have[cid] = unsaved[cid] = ds
-        seeds = f"{cell.n_seeds} seeds"
-        if ds.attrs.get("n_seeds_failed"):
-            seeds = f"{ds.attrs['seed_failures']} ({failure_remedy(cell, ds.attrs['seed_failures'])})"
-        log(f"[{i}/{len(cells)}] {name}: {seeds}, {int(ds.n_steps.max())} steps, "
-            f"computed in {elapsed:.3f} s" + (" (compiling the engine for this kind of cell, once: numba "
-                                                "caches it for every later job)" if compilations() > compiled
-                                                else ""))
-        if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS and i < len(cells):
-            groups = group_cells(unsaved)
-            write(groups, pending / f"{cid}{STORE_SUFFIX}", versions=store_versions(), replace=True,
-                  meta={"batch": batch, "cells": placement(groups), **_engines_of(unsaved)})
-            log(f"checkpoint: {len(unsaved)} cells kept in {pending}")
-            unsaved, last_checkpoint = {}, time.monotonic()
+
+    def checkpoint() -> None:
+        groups = group_cells(unsaved)
+        write(groups, pending / f"{next(reversed(unsaved))}{STORE_SUFFIX}", versions=store_versions(),
+              replace=True, meta={"batch": batch, "cells": placement(groups), **_engines_of(unsaved)})
+        log(f"checkpoint: {len(unsaved)} cells kept in {pending}")
+        unsaved.clear()
+
+    try:
+        for i, (cell, cid) in enumerate(zip(cells, ids, strict=True), 1):
+            name = names.get(cid, cid)
+            if cid in have:
+                where = "" if cid in stored else f" (in {renamed[cid]})" if cid in renamed else \
+                    " (finished by a killed job)"
+                log(f"[{i}/{len(cells)}] {name}: complete{where}, skipped")
+                continue
+            start, compiled = time.perf_counter(), compilations()
+            try:
+                ds = simulate(cell)
+            except (SimulationError, *CELL_ERRORS) as err:
+                error = str(err) if isinstance(err, SimulationError) else \
+                    f"{describe(cell)}: {type(err).__name__} in the simulation: {err}"
+                failed[cid] = error
+                log(f"[{i}/{len(cells)}] {name}: FAILED: {error}")
+                continue
+            elapsed = time.perf_counter() - start
+            ds.attrs.update({"cell_id": cid, **store_versions(), **(provenance or {})})
+            have[cid] = unsaved[cid] = ds
+            seeds = f"{cell.n_seeds} seeds"
+            if ds.attrs.get("n_seeds_failed"):
+                seeds = f"{ds.attrs['seed_failures']} ({failure_remedy(cell, ds.attrs['seed_failures'])})"
+            compiling = (" (compiling the engine for this kind of cell, once: numba caches it for every "
+                         "later job)") if compilations() > compiled else ""
+            log(f"[{i}/{len(cells)}] {name}: {seeds}, {int(ds.n_steps.max())} steps, "
+                f"computed in {elapsed:.3f} s{compiling}")
+            if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS and i < len(cells):
+                checkpoint()
+                last_checkpoint = time.monotonic()
+    except BaseException:
+        # Stopped mid-batch (Ctrl-C; SIGTERM, which the workflow's jobs raise: stop_on_sigterm; a
+        # MemoryError): the cells finished since the last checkpoint are kept too, so the next run
+        # computes none of them again.
+        if unsaved:
+            try:
+                checkpoint()
+            except Exception as err:  # noqa: BLE001  (the stop is what the job reports)
+                log(f"checkpoint on stopping failed ({err}): {len(unsaved)} cells computed again next run")
+        raise
     done = [cid for cid in dict.fromkeys(ids) if cid in have]
     if not done:
         path.unlink(missing_ok=True)  # every cell failed: no store

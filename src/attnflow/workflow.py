@@ -12,7 +12,10 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
 import socket
+import sys
+import threading
 from pathlib import Path
 
 from . import __version__, jobparams
@@ -621,6 +624,28 @@ def provenance(config: dict) -> dict:
     return {"config_sha256": config_digest(config), "attnflow_version": __version__}
 
 
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """Within: SIGTERM (SLURM's time limit or scancel, a user's kill) ends this process as an exception, as
+    Ctrl-C does, instead of at once, so that ``run_batch`` checkpoints the cells it finished before the job
+    exits (status 143, as a kill by SIGTERM). The signal lands when the engine next returns to Python
+    (SLURM's SIGKILL follows after its KillWait). Outside the main thread, where no handler can be set,
+    it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        print(f"attnflow: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=print, gpu: int = 0):
     """Simulate the cells of a batch (``cells_params``: the digest ``batch_params`` gave) its store does not
     hold, then write its manifest: the cells its store holds, the store's size and time (what the
@@ -645,10 +670,11 @@ def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=p
             f"calls large (first: {cell_name(unmet[0], batch, config)}), but jax sees no GPU on "
             f"{socket.gethostname()}: install jax's GPU build there (pip install 'attnflow[jax-cuda]'), or "
             "run without `--resources gpu=...` to compute them on the numba engine")
-    result = run_batch(cells, batch, layout, log=log,
-                       provenance={"batch": batch, **provenance(config)},
-                       names={cell_id(c): cell_name(c, batch, config) for c in cells},
-                       retry_failed=bool(config.get(RETRY_KEY)))
+    with stop_on_sigterm():
+        result = run_batch(cells, batch, layout, log=log,
+                           provenance={"batch": batch, **provenance(config)},
+                           names={cell_id(c): cell_name(c, batch, config) for c in cells},
+                           retry_failed=bool(config.get(RETRY_KEY)))
     stat = result.path.stat() if result.cells else None
     Path(output).write_text(json.dumps({
         "format": MANIFEST_FORMAT,
@@ -788,4 +814,5 @@ __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggr
            "outdated_summaries",
            "plot_job", "provenance", "read_manifest", "recorded_failures", "release_results",
            "repair_tickets", "results_holder",
-           "simulate_job", "spec_params", "summary_tickets", "sweep_from_workflow", "unhealthy"]
+           "simulate_job", "spec_params", "stop_on_sigterm", "summary_tickets", "sweep_from_workflow",
+           "unhealthy"]
