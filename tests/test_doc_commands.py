@@ -122,6 +122,8 @@ NOT_RUN = {
     "python benchmarks/bench_workflow.py": "a benchmark: the full default and paper sweeps from scratch",
     "python benchmarks/bench_scale.py --cells 10000 100000 --cores 2":
         "a benchmark: sweeps of 10,000 and 100,000 cells from scratch (12 minutes on 2 cores)",
+    "python benchmarks/bench_gpu.py --cells S,M,L":
+        "a benchmark: the JAX engine against raw diffrax and the numba engine, minutes on jax's CPU build",
     "python benchmarks/bench_peers.py": "a benchmark against jax/diffrax and torch/torchode (not installed)",
     "python benchmarks/bench_peers.py --no-scipy": "the same benchmark without scipy's one-by-one route",
     "python benchmarks/bench_peers.py --cells S,M,L --no-scipy --repeat 5 --busy-core M":

@@ -234,6 +234,9 @@ def test_large_config_plans_on_the_cpu_and_suggests_the_gpu(tmp_path, monkeypatc
     assert note.startswith(f"note: {large} cells would run on the JAX engine; no GPU is visible here: on "
                            "numba this is "), note
     assert "core-hours" in note and "pip install 'attnflow[jax-cuda]'" in note
+    # On a cluster the note's numba time is on the cores its jobs run on at once, as the table's.
+    clustered = plan(sweep, cores=2, threads=2, cluster_jobs=50, gpus=False)
+    assert any("on 100 cores); run on a machine with a GPU" in n for n in clustered.notes), clustered.notes
     # With a GPU the same cells take minutes of it, beside the numba jobs: the wall time drops.
     cpu, gpu = plan(sweep, cores=2, gpus=False), plan(sweep, cores=2, gpus=True)
     assert gpu.rows["total"]["wall_seconds"] < cpu.rows["total"]["wall_seconds"] / 10

@@ -275,7 +275,8 @@ def plan(sweep: Sweep, cores: int, threads: int = SIMULATE_THREADS, compile: boo
     rows["total"] = _summarise(list(all_jobs.values()), list(states.values()), slots, threads, rebuilds,
                                cores, compile_seconds, gpu_slots)
     notes = stiff_notes(sweep, states, threads)
-    notes += gpu_notes(sweep, states, gpus, threads, cores, gpu_slots, declared)
+    # the cores the jobs run on at once: a cluster's jobs, each on cores of its own, or this machine's
+    notes += gpu_notes(sweep, states, gpus, threads, slots * threads, gpu_slots, declared)
     if compile_seconds:
         notes.append(f"numba's cache of the engine is not found here: {COMPILE_SECONDS:.0f} s to compile it "
                      "are counted once")
