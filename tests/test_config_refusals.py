@@ -55,6 +55,14 @@ def _with(**edits):
     # Not a finite number: no hint to write it otherwise.
     ({"experiments.beta_star.fixed.t_max": "nan"},
      r"^experiments\.beta_star\.fixed\.t_max: 'nan' is not of type 'number'$"),
+    # A field both fixed and on the grid: the grid would win, the fixed value dropped without a word.
+    ({"experiments.beta_star.fixed.n": 8},
+     r"^experiments\.beta_star\.fixed\.n = 8: n is also an axis of the block's grid, \[4, 6\], which would "
+     r"win; keep one"),
+    ({"experiments.beta_star.grid": None, "experiments.beta_star.batch_over": None,
+      "experiments.beta_star.fixed.heads": "block"},
+     r"^experiments\.beta_star\.fixed\.heads = 'block': heads is also an axis of the experiment's default "
+     r"grid \(the block gives none\), \['scalar', 'block'\]"),
     # Sizes no machine holds: refused here, not as a MemoryError in a job (or while validating).
     ({"experiments.beta_star.fixed.seeds": 10**9},
      r"^experiments\.beta_star .*Cell\.seeds = 1000000000: at most 1,000,000 seeds in one cell"),

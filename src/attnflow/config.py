@@ -340,6 +340,7 @@ def validate(config: dict, *, reach_scheduler: bool = True, configfile: str | Pa
     for name, spec in specs.items():
         experiment = experiments.get(name)
         check_block(spec)
+        check_fixed_off_grid(spec, config["experiments"][name])
         check_inputs(experiment, spec)
         if name not in skipped:  # one that cannot run on this machine has no cells to check
             points[name] = points_of(spec)
@@ -416,6 +417,19 @@ def check_grid(name: str, grid: dict) -> None:
                 raise ConfigError(f"experiments.{name}.grid.{axis}: {seen[key]!r} and {value!r} are the "
                                   "same value (each value once)")
             seen[key] = value
+
+
+def check_fixed_off_grid(spec: Spec, block: dict | None) -> None:
+    """A field the block fixes is not also a grid axis (its own grid's or, without one, the experiment's
+    default grid), where the grid would win and the fixed value be dropped without a word."""
+    fixed = (block or {}).get("fixed") or {}
+    for key in fixed:
+        if key in spec.grid:
+            grid = "the block's grid" if "grid" in (block or {}) else \
+                "the experiment's default grid (the block gives none)"
+            raise ConfigError(f"experiments.{spec.name}.fixed.{key} = {fixed[key]!r}: {key} is also an axis "
+                              f"of {grid}, {spec.grid[key]!r}, which would win; keep one: drop it from "
+                              f"fixed, or give a grid without {key}")
 
 
 def check_block(spec: Spec) -> None:
