@@ -202,7 +202,8 @@ def shared_cells_config(tmp: "os.PathLike") -> "os.PathLike":
     return write_config(tmp, **{
         "experiment_modules": ["toy_experiment"],
         "experiments": {
-            "beta_star": {"fixed": {**cell, "observables": ["radial", "energy"]},
+            "beta_star": {"fixed": {**{k: v for k, v in cell.items() if k != "heads"},  # heads on its grid
+                                    "observables": ["radial", "energy"]},
                           "grid": {"H": [2], "n": [4, 6], "attention": ["softmax"], "heads": ["block"],
                                    "beta": [0.5, 1.0, 2.0]}, "batch_over": ["beta"]},
             "toy_margin": {"fixed": {**cell, "init": "uniform", "H": 2, "observables": ["energy"]},
