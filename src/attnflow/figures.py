@@ -57,12 +57,19 @@ def _under_everything(fig, text: str, right: bool = False) -> None:
              ha="right" if right else "left", va="top", color="0.3", multialignment="left")
 
 
+def drawn_width(experiment, width: float) -> float:
+    """The width a figure is drawn at: ``width`` (the config's ``figure_width``), or the experiment's
+    ``min_width`` where its panels have no layout narrower."""
+    return max(float(width), experiment.min_width)
+
+
 def compose(summary: xr.Dataset, experiment_modules=(), width: float = plotting.TEXT_WIDTH, part: str = ""):
     """The summary's experiment figure ``part`` (one of ``Experiment.figures``), drawn ``width`` inches
-    wide, laid out, with its footnotes: what ``render`` saves (a matplotlib Figure; close it)."""
+    wide (``drawn_width``), laid out, with its footnotes: what ``render`` saves (a matplotlib Figure;
+    close it)."""
     name = summary.attrs["experiment"]
     experiment = registry(experiment_modules).get(name)
-    with plotting.drawing_width(width):
+    with plotting.drawing_width(drawn_width(experiment, width)):
         fig = experiment.draw(summary, Spec.of(summary), part)
     plotting.mark_empty_log_axes(fig)  # plots that lay themselves out call it first
     # Lay the figure out once, at the PNG's resolution, and keep that layout: the footnotes go under
@@ -85,7 +92,7 @@ def render(summary: xr.Dataset, outputs, source: str = "", experiment_modules=()
 
     The files carry their provenance in their metadata: experiment, summary
     store, config digest and package version. Cells that failed (missing, NaN)
-    are listed under the figure. Nothing is saved beyond ``width``: the
+    are listed under the figure. Nothing is saved beyond ``drawn_width``: the
     experiments lay their figures out for it.
     """
     name = summary.attrs["experiment"]

@@ -794,13 +794,19 @@ def aggregate_job(name: str, spec_params: str, entries_params: str, output: str,
 def plot_job(summary_path: str, outputs, modules=(), width: float | None = None, part: str = ""):
     """Draw one figure (``part`` of its experiment's ``figures``) from the experiment's summary store
     (the spec comes from the summary), ``width`` inches wide (the config's ``figure_width``)."""
-    from .figures import render
+    from .experiments import registry
+    from .figures import drawn_width, render
     from .plotting import TEXT_WIDTH
     from .store import open_verified
 
+    width = TEXT_WIDTH if width is None else width
     with open_verified(summary_path, chunks=None) as summary:  # read whole: no dask (0.4 s of imports)
-        render(summary.load(), outputs, source=summary_path, experiment_modules=modules,
-               width=TEXT_WIDTH if width is None else width, part=part)
+        summary = summary.load()
+        experiment = registry(modules).get(summary.attrs["experiment"])
+        if drawn_width(experiment, width) > width:
+            print(f"{experiment.name}: drawn {drawn_width(experiment, width):g} in wide, not figure_width = "
+                  f"{width:g}: its panels side by side have no layout narrower")
+        render(summary, outputs, source=summary_path, experiment_modules=modules, width=width, part=part)
 
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
