@@ -102,6 +102,17 @@ def test_killed_job_leaves_no_complete_store_and_resumes(tmp_path, tiny_run):
     assert_same_cells(got, stored(reference))
 
 
+def _resumes(cells, layout, kept, monkeypatch, real):
+    """The batch "b" run again with the real ``simulate``: the ``kept`` cells a stopped job checkpointed
+    are skipped, the others computed, every cell stored and the checkpoints gone."""
+    monkeypatch.setattr(simulate_module, "simulate", real)
+    log = []
+    result = run_batch(cells, "b", layout, log=log.append)
+    assert sum("finished by a killed job" in line for line in log) == kept
+    assert sum("computed in" in line for line in log) == len(cells) - kept
+    assert set(result.cells) == {cell_id(c) for c in cells} and not layout.pending("b").exists()
+
+
 @pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
 def test_an_interrupted_job_keeps_every_cell_it_finished(tmp_path, monkeypatch, stop):
     """Ctrl-C (SIGINT to the job) or SIGTERM (SLURM's time limit, scancel, kill) mid-batch: the cells
@@ -129,12 +140,7 @@ def test_an_interrupted_job_keeps_every_cell_it_finished(tmp_path, monkeypatch, 
     if stop == "sigterm":
         assert err.value.code == 128 + signal.SIGTERM  # what a shell reports for a job killed by SIGTERM
     assert not layout.store("b").exists() and len(list(layout.pending("b").iterdir())) == 1
-    monkeypatch.setattr(simulate_module, "simulate", real)
-    log = []
-    result = run_batch(cells, "b", layout, log=log.append)
-    assert sum("finished by a killed job" in line for line in log) == 2
-    assert sum("computed in" in line for line in log) == 2
-    assert set(result.cells) == {cell_id(c) for c in cells} and not layout.pending("b").exists()
+    _resumes(cells, layout, kept=2, monkeypatch=monkeypatch, real=real)
 
 
 def test_failed_seeds_are_stored_reported_and_never_recomputed(tmp_path, capsys):
@@ -258,12 +264,7 @@ def test_a_killed_job_resumes_from_its_checkpoints(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_batch(cells, "b", layout, log=lambda *_: None)
     assert not layout.store("b").exists() and len(list(layout.pending("b").iterdir())) == 2
-    monkeypatch.setattr(simulate_module, "simulate", real)
-    log = []
-    result = run_batch(cells, "b", layout, log=log.append)
-    assert sum("finished by a killed job" in line for line in log) == 2
-    assert sum("computed in" in line for line in log) == 2
-    assert set(result.cells) == {cell_id(c) for c in cells} and not layout.pending("b").exists()
+    _resumes(cells, layout, kept=2, monkeypatch=monkeypatch, real=real)
     whole = Layout(tmp_path / "whole")
     run_batch(cells, "b", whole, log=lambda *_: None)
     assert_same_cells(stored(tmp_path / "killed"), stored(tmp_path / "whole"))

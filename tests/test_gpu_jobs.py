@@ -35,6 +35,18 @@ def _only_energy(tmp_path, **edits):
     return write_config(tmp_path, **{f"experiments.{name}": None for name in dropped}, **edits)
 
 
+def _one_cell_run(tmp_path):
+    """The energy experiment's one cell on the sphere, simulated by its job on numba: (config, sweep,
+    batch, cells, manifest path, manifest record)."""
+    config = _only_energy(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"]})
+    sweep = validate(load(config), reach_scheduler=False)
+    (batch, cells), = sweep.batches.items()
+    manifest = sweep.layout.manifest(batch)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    simulate_job(batch_params(sweep, batch), batch, sweep.config, str(manifest), log=lambda *_: None)
+    return config, sweep, batch, cells, manifest, json.loads(manifest.read_text())
+
+
 def _resources_by_batch(printed: str) -> dict[str, str]:
     """batch -> the resources line a dry run prints for its simulate job."""
     blocks = printed.split("rule simulate:")[1:]
@@ -116,13 +128,7 @@ def test_a_job_given_a_gpu_that_jax_cannot_see_fails_naming_it(tmp_path, monkeyp
 
 def test_a_store_of_another_engine_is_stale_and_recomputed(tmp_path, monkeypatch, capsys):
     # One cell (one jit compilation when the JAX engine computes it again below).
-    config = _only_energy(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"]})
-    sweep = validate(load(config), reach_scheduler=False)
-    (batch, cells), = sweep.batches.items()
-    manifest = sweep.layout.manifest(batch)
-    manifest.parent.mkdir(parents=True, exist_ok=True)
-    simulate_job(batch_params(sweep, batch), batch, sweep.config, str(manifest), log=lambda *_: None)
-    record = json.loads(manifest.read_text())
+    config, sweep, batch, cells, manifest, record = _one_cell_run(tmp_path)
     assert set(record["engines"].values()) == {"numba"} and set(record["engines"]) == set(record["cells"])
     assert {s.status for s in cell_states(sweep).values()} == {"done"}
     # The same cells computed by the JAX engine (results brought from a machine where they ran there):
@@ -184,13 +190,7 @@ def test_a_change_of_one_engines_numerics_recomputes_only_its_cells(tmp_path, mo
     # store, as a NUMERICS_VERSION bump would: here numba's entry moves and its cells are stale.
     from attnflow.sweep import run_batch
 
-    config = _only_energy(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"]})
-    sweep = validate(load(config), reach_scheduler=False)
-    (batch, cells), = sweep.batches.items()
-    manifest = sweep.layout.manifest(batch)
-    manifest.parent.mkdir(parents=True, exist_ok=True)
-    simulate_job(batch_params(sweep, batch), batch, sweep.config, str(manifest), log=lambda *_: None)
-    record = json.loads(manifest.read_text())
+    config, sweep, batch, cells, manifest, record = _one_cell_run(tmp_path)
     assert record["engine_numerics"] == dict.fromkeys(record["cells"], ENGINE_NUMERICS["numba"])
     monkeypatch.setitem(ENGINE_NUMERICS, "jax", ENGINE_NUMERICS["jax"] + 1)  # another engine's: no effect
     assert {s.status for s in cell_states(sweep).values()} == {"done"}
