@@ -185,17 +185,22 @@ def test_samples_measured_in_chunks_agree_with_all_at_once(monkeypatch):
     chunk = 3
     from attnflow.jaxengine import integrate
 
-    problem, controller, saveat, event = _cell(0, "softmax", "none", "dense", True)
+    problem, controller, saveat, _ = _cell(0, "softmax", "none", "dense", True)
     B, n, d = problem.x0.shape
     per_sample = 8 * B * 2 * n * (8 * n + 4 * d)  # integrate's estimate, H = 2
+    # Two groups (one reads the field) and a stop never reached (no second solve to locate t_cluster):
+    # the smallest program that measures, two jit compilations of it.
+    saveat = SaveAt(saveat.times, ("cosines", "energy"))
+    never = ClusterEvent("gamma_mean", 2.0, stop=True)
 
     def solve(budget):
         monkeypatch.setattr(integrate, "_sample_bytes", lambda: budget)
         integrate.batch_solver.cache_clear()  # the chunk is fixed where the solver is traced
-        return jaxengine.solve(problem, controller, saveat, ClusterEvent("gamma_mean", 0.7, stop=False))
+        return jaxengine.solve(problem, controller, saveat, never)
 
     whole, chunked = solve(2 ** 40), solve(chunk * per_sample)
     integrate.batch_solver.cache_clear()
+    assert np.isfinite(whole.variables["energy"]).all()  # every sample reached and measured
     for name, value in whole.variables.items():
         if value.dtype.kind == "i":
             np.testing.assert_array_equal(chunked.variables[name], value, err_msg=name)
