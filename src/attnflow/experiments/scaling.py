@@ -29,6 +29,23 @@ def slopes(values: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
     return np.apply_along_axis(slope_along, axis, values, x)
 
 
+
+def _between_columns(contours, n_edges) -> list[tuple[float, float]]:
+    """Where each contour's label goes: the point of its line nearest a boundary between two columns of
+    cells (the middle one first), clear of the numbers printed at the cells' centres."""
+    inner = np.log(n_edges[1:-1])
+    spots = []
+    for segments in contours.allsegs:
+        points = [p for p in segments if len(p)]
+        if not points or not len(inner):
+            continue
+        points = np.concatenate(points)
+        x = np.log(points[:, 0])
+        off = np.min(np.abs(x[:, None] - inner[None, :]), axis=1)
+        middle = np.abs(x - inner[len(inner) // 2])
+        spots.append(tuple(points[np.argmin(off + 1e-3 * middle)]))
+    return spots
+
 class Scaling(Experiment):
     name = "scaling"
     theorem = "Thm 25, beyond its equiangular start"
@@ -253,7 +270,8 @@ class Scaling(Experiment):
                                   colors="k", linewidths=2.6)
             ax.contour(ds.n_fine.values, ds.d_fine.values, fine, levels=contour_levels, cmap=cmap, norm=norm,
                        linewidths=1.4)
-            ax.clabel(contours, fmt="%g", fontsize=MIN_TEXT, colors="k")
+            ax.clabel(contours, fmt="%g", fontsize=MIN_TEXT, colors="k",
+                      manual=_between_columns(contours, n_edges))
             # Where Thm 25's bound is derived: softmax right of n - 1 = 4 e^{beta lambda}, relu above
             # d = 16 (n - 1)^2 ((n - 1) gamma0 <= 1/4).
             if att == "softmax":
