@@ -171,7 +171,12 @@ def test_every_figure_fits_its_width_with_no_text_under_7_points(default_like_su
     experiments = registry()
     assert set(default_like_summaries) >= set(experiments.names()) - {"trained_heads"}
     report = {}
+    wider = 0  # figures drawn at their min_width instead of this width
     for name, path in sorted(default_like_summaries.items()):
+        page = max(width, experiments.get(name).min_width)
+        if page != width and page in WIDTHS and wider:
+            continue  # drawn as at that width, where this test checks it; one is checked here
+        wider += page != width
         with open_verified(path, chunks=None) as summary:
             summary = summary.load()
         for part in experiments.get(name).figures:
@@ -194,7 +199,6 @@ def test_every_figure_fits_its_width_with_no_text_under_7_points(default_like_su
             # Drawn at the width asked, or at the experiment's min_width where its panels have no
             # layout narrower; nothing beyond the figure's edges (the crop would cut it off), and the
             # file no wider than that (one pixel of rounding).
-            page = max(width, experiments.get(name).min_width)
             assert fig.get_figwidth() == page, (name, part, fig.get_figwidth())
             assert drawn.x0 >= -0.01 and drawn.x1 <= page + 0.01, (name, part, drawn)
             assert saved <= page + 1 / DPI, (name, part, saved)
