@@ -164,16 +164,16 @@ def test_every_figure_fits_its_width_with_no_text_under_7_points(default_like_su
     from PIL import Image
 
     from attnflow.experiments import registry
-    from attnflow.figures import DPI, _tight_box, compose
+    from attnflow.figures import DPI, _tight_box, compose, drawn_width
     from attnflow.plotting import MIN_TEXT, plt
     from attnflow.store import open_verified
 
     experiments = registry()
     assert set(default_like_summaries) >= set(experiments.names()) - {"trained_heads"}
     report = {}
-    wider = 0  # figures drawn at their min_width instead of this width
+    wider = 0  # figures drawn wider than this width (no column layout)
     for name, path in sorted(default_like_summaries.items()):
-        page = max(width, experiments.get(name).min_width)
+        page = drawn_width(experiments.get(name), width)
         if page != width and page in WIDTHS and wider:
             continue  # drawn as at that width, where this test checks it; one is checked here
         wider += page != width
@@ -196,8 +196,8 @@ def test_every_figure_fits_its_width_with_no_text_under_7_points(default_like_su
             report[f"{name}-{part}"] = (smallest.get_fontsize(), round(drawn.x0, 3), round(drawn.x1, 3),
                                         saved)
             assert smallest.get_fontsize() >= MIN_TEXT, (name, part, smallest.get_text())
-            # Drawn at the width asked, or at the experiment's min_width where its panels have no
-            # layout narrower; nothing beyond the figure's edges (the crop would cut it off), and the
+            # Drawn at the width asked, or at the text width where the experiment has no column
+            # layout; nothing beyond the figure's edges (the crop would cut it off), and the
             # file no wider than that (one pixel of rounding).
             assert fig.get_figwidth() == page, (name, part, fig.get_figwidth())
             assert drawn.x0 >= -0.01 and drawn.x1 <= page + 0.01, (name, part, drawn)

@@ -58,9 +58,9 @@ def _under_everything(fig, text: str, right: bool = False) -> None:
 
 
 def drawn_width(experiment, width: float) -> float:
-    """The width a figure is drawn at: ``width`` (the config's ``figure_width``), or the experiment's
-    ``min_width`` where its panels have no layout narrower."""
-    return max(float(width), experiment.min_width)
+    """The width a figure is drawn at: ``width`` (the config's ``figure_width``), or a journal's text
+    width where that is wider and the experiment has no ``column_layout``."""
+    return float(width) if experiment.column_layout else max(float(width), plotting.TEXT_WIDTH)
 
 
 def compose(summary: xr.Dataset, experiment_modules=(), width: float = plotting.TEXT_WIDTH, part: str = ""):

@@ -803,9 +803,10 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
     with open_verified(summary_path, chunks=None) as summary:  # read whole: no dask (0.4 s of imports)
         summary = summary.load()
         experiment = registry(modules).get(summary.attrs["experiment"])
-        if drawn_width(experiment, width) > width:
-            print(f"{experiment.name}: drawn {drawn_width(experiment, width):g} in wide, not figure_width = "
-                  f"{width:g}: its panels side by side have no layout narrower")
+        drawn = drawn_width(experiment, width)
+        if drawn > width:
+            print(f"{experiment.name}: drawn {drawn:g} in wide, not figure_width = {width:g}: its panels "
+                  "side by side have no layout narrower")
         render(summary, outputs, source=summary_path, experiment_modules=modules, width=width, part=part)
 
 

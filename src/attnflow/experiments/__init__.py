@@ -281,9 +281,9 @@ class Experiment:
     # The figures the experiment draws, one file each: "" is <name>.png (the first, always there),
     # "x" is <name>-x.png. An experiment with more than one has ``plot(summary, spec, part)``.
     figures: ClassVar[tuple[str, ...]] = ("",)
-    # The narrowest width (inches) the figure's panels have a layout at: a narrower ``figure_width`` (a
-    # column's 3.5 in) draws it at this width instead, and the plot job says so.
-    min_width: ClassVar[float] = 0.0
+    # Whether the figure has a layout at a column's width (3.5 in): one without is drawn at a journal's
+    # text width (``plotting.TEXT_WIDTH``) where ``figure_width`` is narrower, and the plot job says so.
+    column_layout: ClassVar[bool] = True
 
     def plot(self, summary: xr.Dataset, spec: Spec):
         """The figure (a matplotlib Figure) from the summary and the spec it was built from.

@@ -72,7 +72,7 @@ def orthogonal_threshold(H: int, n: int, alpha: float = 1.0, tol: float = 1e-12)
 class BetaStar(Experiment):
     name = "beta_star"
     theorem = "Thm 19"
-    min_width = 7.0  # a journal's text width (plotting.TEXT_WIDTH): its panels side by side, no column layout
+    column_layout = False  # its panels side by side: drawn at a journal's text width
     question = ("Below which inverse temperature does every head's energy stay non-decreasing, and do "
                 "trajectories stay inside the Radial Dominance region? Measured over (n, beta) against "
                 "the closed-form beta*(H, n), for scalar heads (where it is derived) and block heads "

@@ -19,7 +19,7 @@ HALF_COLOUR = "cyan"  # the measured P = 1/2 contour: black vanished on magma's 
 class ClusteringProbability(Experiment):
     name = "clustering_probability"
     theorem = "Thm 22, 25"
-    min_width = 7.0  # a journal's text width (plotting.TEXT_WIDTH): its panels side by side, no column layout
+    column_layout = False  # its panels side by side: drawn at a journal's text width
     question = ("Over seeds, what fraction of softmax runs from uniform random tokens has clustered "
                 "(epsilon <= eps) by time t, as a function of beta, and how far does the equiangular ODE's "
                 "time to the same level, from the mean cosine the starts actually have, carry: with equal "

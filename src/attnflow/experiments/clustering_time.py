@@ -72,7 +72,7 @@ def loglog_slope(t: np.ndarray, n: np.ndarray) -> float:
 class ClusteringTime(Experiment):
     name = "clustering_time"
     theorem = "Thm 25"
-    min_width = 7.0  # a journal's text width (plotting.TEXT_WIDTH): its panels side by side, no column layout
+    column_layout = False  # its panels side by side: drawn at a journal's text width
     question = ("How long do relu and softmax attention take to cluster from a typical start, against "
                 "the closed-form time of the equiangular ODE, and do the bounds T = O(n) (softmax) and "
                 "O(n log d) (relu) show in the regimes where they are derived?")

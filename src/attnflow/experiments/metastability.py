@@ -143,7 +143,7 @@ def growth_fit(beta: np.ndarray, length: np.ndarray, censored=None, level: float
 class Metastability(Experiment):
     name = "metastability"
     theorem = "result 10 (Geshkovski et al. 2024)"
-    min_width = 7.0  # a journal's text width (plotting.TEXT_WIDTH): its panels side by side, no column layout
+    column_layout = False  # its panels side by side: drawn at a journal's text width
     question = ("From uniform random tokens at large beta, do the tokens form several clusters within O(1) "
                 "time that then persist on plateaus of the cluster count (a staircase in log t), and does "
                 "the plateaus' length grow exponentially in beta, as Geshkovski, Koubbi, Polyanskiy and "

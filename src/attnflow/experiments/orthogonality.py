@@ -209,7 +209,7 @@ def _pooled_share(flags: xr.DataArray, index: xr.DataArray, bins: int, keep: lis
 class Orthogonality(Experiment):
     name = "orthogonality"
     theorem = "Thm 39"
-    min_width = 7.0  # a journal's text width (plotting.TEXT_WIDTH): its panels side by side, no column layout
+    column_layout = False  # its panels side by side: drawn at a journal's text width
     question = ("At a configuration where exactly orthogonal heads are per-head monotone, does monotonicity "
                 "survive an overlap omega = max ||M_h' M_h||_op small against the heads' own terms (Thm 39)? "
                 "Pointwise over (omega, beta), on the sphere and in flat space, with the overlap's critical "

@@ -21,7 +21,7 @@ def linear_strengths(lambda_bar, spread, H):
 class Superadditivity(Experiment):
     name = "superadditivity"
     theorem = "Thm 22"
-    min_width = 7.0  # a journal's text width (plotting.TEXT_WIDTH): its panels side by side, no column layout
+    column_layout = False  # its panels side by side: drawn at a journal's text width
     question = ("For which mean head strength and inverse temperature do heads of unequal strengths "
                 "(linear spread, same total) cluster faster than equal heads, over the whole run, and "
                 "how does that compare with the early-time closed form (lambda_c, sign of "
