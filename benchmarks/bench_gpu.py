@@ -118,11 +118,12 @@ def main(argv=None):
              "|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     cells = QUICK if args.quick else CELLS
-    for name in args.cells.split(",") if args.cells else []:
+    chosen = args.cells.split(",") if args.cells else list(cells)
+    for name in chosen:
         if name not in cells:
             parser.error(f"--cells: {name!r} is not one of {', '.join(cells)}")
     for name, shape in cells.items():
-        if args.cells and name not in args.cells.split(","):
+        if name not in chosen:
             continue
         cell, m, x0 = problem(shape, args.quick)
         label = f"{name} n={cell.n} d={cell.d} H={cell.H}, {cell.n_seeds} seeds"

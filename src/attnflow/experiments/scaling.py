@@ -29,7 +29,6 @@ def slopes(values: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
     return np.apply_along_axis(slope_along, axis, values, x)
 
 
-
 def _between_columns(contours, n_edges) -> list[tuple[float, float]]:
     """Where each contour's label goes: the point of its line nearest a boundary between two columns of
     cells (the middle one first), clear of the numbers printed at the cells' centres."""
@@ -45,6 +44,7 @@ def _between_columns(contours, n_edges) -> list[tuple[float, float]]:
         middle = np.abs(x - inner[len(inner) // 2])
         spots.append(tuple(points[np.argmin(off + 1e-3 * middle)]))
     return spots
+
 
 class Scaling(Experiment):
     name = "scaling"
