@@ -119,7 +119,7 @@ def test_a_yaml_merge_key_is_valid(tmp_path):
 def test_a_misspelt_weights_file_is_an_error_not_a_skip(tmp_path):
     cfg = {"results": "out", "experiments": {"trained_heads": {
         "fixed": {"weights": str(tmp_path / "modle.safetensors")}}}}
-    with pytest.raises(ConfigError, match=r"^experiments\.trained_heads\.fixed\.weights: weights = "
+    with pytest.raises(ConfigError, match=r"^experiments\.trained_heads\.fixed\.weights = "
                                           r"'.*modle\.safetensors': no such file"):
         validate(cfg, reach_scheduler=False)
 

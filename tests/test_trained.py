@@ -118,7 +118,8 @@ def test_editing_the_weights_changes_the_cell_id(tmp_path):
 
 
 @pytest.mark.parametrize("change, match", [
-    (dict(weights="nowhere.safetensors"), r"Cell.weights = 'nowhere.safetensors': weights = .*no such file"),
+    (dict(weights="nowhere.safetensors"),
+     r"Cell.weights = '.*nowhere.safetensors': no such file$"),
     (dict(layer=3),
      r"tensor 'encoder.layer.3.attention.self.query.weight' not found \(layers in the file: 0-0\)"),
     (dict(d=8), r"Cell.d = 8: the weights' hidden size is 6"),
@@ -134,6 +135,13 @@ def test_bad_weights_are_one_clear_message(tmp_path, change, match):
         match = match.replace("nowhere", str(tmp_path / "nowhere"))
     with pytest.raises(ValueError, match=match):
         Cell(**fields)
+
+
+def test_a_missing_relative_weights_path_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as err:
+        Cell(heads="trained", weights="model.safetensors", H=2, d=D, n=4)
+    assert str(err.value) == f"Cell.weights = 'model.safetensors': no such file in {tmp_path}"
 
 
 def test_missing_tensor_and_shape_and_config(tmp_path):

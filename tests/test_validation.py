@@ -129,7 +129,7 @@ def test_a_named_weights_file_that_does_not_exist_is_refused(tmp_path, where):
         {"grid": {"weights": ["minilm", missing], "layer": [0], "heads": ["trained", "trained_orthogonal"],
                   "beta": [1.0, 4.0]}}
     message = _refusal({"results": "out", "experiments": {"trained_heads": block}})
-    assert message == f"experiments.trained_heads.{where}.weights: weights = {missing!r}: no such file"
+    assert message == f"experiments.trained_heads.{where}.weights = {missing!r}: no such file"
 
 
 def test_a_missing_weights_file_is_no_reason_to_skip(tmp_path):
@@ -149,7 +149,7 @@ class Declared(ToyMargin):
     name = "toy_declared"
     fixed_only = {"n": "one token count per figure"}
     bounds = (Bound("beta", high=2.0),)
-    inputs = {"weights": lambda value: None if value in ("", "here") else f"weights = {value!r}: not here"}
+    inputs = {"weights": lambda value: None if value in ("", "here") else "not here"}
 
 
 EXPERIMENT = Declared()
@@ -176,7 +176,7 @@ def test_a_new_experiment_declares_its_needs_and_config_evaluates_them(declared)
          r"^experiments\.toy_declared\.fixed\.beta = \[1\.5\]: the toy_declared figure needs at least 2 "
          r"values"),
         ({"fixed": {"weights": "there"}},
-         r"^experiments\.toy_declared\.fixed\.weights: weights = 'there': not here$"),
+         r"^experiments\.toy_declared\.fixed\.weights = 'there': not here$"),
     ]:
         message = _refusal(declared(block))
         assert re.search(match, message), message

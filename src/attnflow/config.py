@@ -452,7 +452,7 @@ def check_inputs(experiment: Experiment, spec: Spec) -> None:
         for value in spec.values(key):
             problem = problem_of(value)
             if problem:
-                raise ConfigError(f"{where(spec, key)}: {problem}")
+                raise ConfigError(f"{where(spec, key)} = {value!r}: {problem}")
 
 
 def points_of(spec: Spec) -> list[Point]:

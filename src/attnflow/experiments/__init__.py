@@ -161,7 +161,7 @@ class Experiment:
     # axis outside ``axes`` is refused: the figure would have no panel for it.
     averages_other_axes: ClassVar[bool] = False
     # Cell fields naming an input file: field -> a function of one value that says why it names
-    # no readable file (one line, e.g. "weights = 'x': no such file"), or None when it does.
+    # no readable file (one line, e.g. "no such file"; the config names the key and value), or None.
     inputs: ClassVar[dict[str, Callable[[object], str | None]]] = {}
     # The version of ``reduce`` and ``derive``: bump it with a change that moves a number in
     # the summary. Summaries record it; the workflow rebuilds (with its figure) one built

@@ -13,7 +13,7 @@ from .beta_star import grid_threshold
 
 
 def missing_weights(weights) -> str | None:
-    """Why a ``weights`` value names no file (``weights = 'x': no such file``), or None. The packaged
+    """Why a ``weights`` value names no file (``no such file in /home/me``), or None. The packaged
     ``minilm`` always names one: whether it is installed is ``unavailable``'s question."""
     from ..trained import PACKAGED, WeightsError, resolve
 
