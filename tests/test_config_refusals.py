@@ -70,11 +70,32 @@ def _with(**edits):
      r"^experiments\.beta_star \(grid point .*\): its arrays need .* GiB .* above 1024 GiB"),
     ({"experiments.beta_star.fixed.max_steps": 2**70},
      r"^experiments\.beta_star .*Cell\.max_steps = 1180591620717411303424: exceeds 2\^63 - 1"),
+    # A setting no cell reads (every cell drops it): refused, naming what reads it.
+    ({"experiments.beta_star.fixed.gamma0": 0.3},
+     r"^experiments\.beta_star\.fixed\.gamma0 = 0\.3: no cell of this experiment reads gamma0; it is read "
+     r"only under init: equiangular: drop it, or give the choice that reads it$"),
+    ({"experiments.beta_star.grid.spread": [0.0, 0.5]},
+     r"^experiments\.beta_star\.grid\.spread = \[0\.0, 0\.5\]: .* read only under lambda_dist: linear:"),
+    ({"experiments.beta_star.fixed.cluster_eps": 0.1},
+     r"cluster_eps; it is read only where the clusters observable is recorded"),
+    # Out of its range where no choice reads it: Cell's own refusal.
+    ({"experiments.beta_star.fixed.delta": -1.0},
+     r"^experiments\.beta_star .*Cell\.delta = -1\.0: the perturbation norm must be >= 0"),
 ])
 def test_refused_with_the_key_named(edits, match):
     with pytest.raises(ConfigError, match=match) as err:
         validate(_with(**edits), reach_scheduler=False)
     assert "\n" not in str(err.value)
+
+
+def test_a_setting_read_by_some_cells_or_at_its_default_is_accepted():
+    # spread on a grid beside lambda_dist [equal, linear]: the linear cells read it.
+    validate({"results": "out", "experiments": {"superadditivity": {
+        "fixed": {"seeds": 2, "t_max": 1.0},
+        "grid": {"init": ["uniform"], "spread": [0.3, 0.6], "lambda_dist": ["equal", "linear"],
+                 "lambda_bar": [1.0, 2.0], "beta": [1.0, 2.0]}}}}, reach_scheduler=False)
+    # At its default a setting changes nothing whether read or not.
+    validate(_with(**{"experiments.beta_star.fixed.gamma0": 0.0}), reach_scheduler=False)
 
 
 def test_the_largest_seed_is_accepted():

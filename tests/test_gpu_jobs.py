@@ -220,6 +220,41 @@ def test_a_job_keeps_an_auto_cell_computed_by_the_other_engine(tmp_path, monkeyp
     assert result.engines == {cell_id(cell): "numba"}
 
 
+def test_a_config_moved_to_auto_keeps_its_cells_and_one_moved_to_jax_recomputes_them(tmp_path):
+    # The engine is no part of a cell's id: the cells numba computed are auto's too; jax names another
+    # engine than the store's, so they are stale (the store records who computed them).
+    config, sweep, batch, cells, manifest, record = _one_cell_run(tmp_path)
+    for engine, status in (("auto", "done"), ("jax", "stale")):
+        moved = _only_energy(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"],
+                                          "defaults.engine": engine})
+        sweep = validate(load(moved), reach_scheduler=False)
+        assert {cell_id(c) for c in sweep.batches[batch]} == set(record["cells"])
+        assert {s.status for s in cell_states(sweep).values()} == {status}
+        assert bool(batch_health(sweep, batch, record)) == (status == "stale")
+
+
+def test_a_store_written_with_the_engine_in_ids_keeps_its_cells(tmp_path, monkeypatch):
+    # Stores written while a non-default engine was part of cell ids (2026-12-04/05) hold their cells
+    # under those ids: the job takes them and writes the store again under today's ids.
+    from attnflow import sweep as sweep_module
+
+    cell = Cell(engine="auto", n=4, d=4, seeds=2, t_max=0.5, n_samples=3)
+    layout = Layout(tmp_path / "results")
+    today = sweep_module.cell_id
+    with monkeypatch.context() as patch:
+        patch.setattr(sweep_module, "cell_id", lambda c: sweep_module._id_with_engine(c) or today(c))
+        old = sweep_module.run_batch([cell], "energy-auto", layout, log=lambda *_: None)
+    assert set(old.cells) == {sweep_module._id_with_engine(cell)} != {cell_id(cell)}
+    logs = []
+    result = sweep_module.run_batch([cell], "energy-auto", layout, log=logs.append)
+    assert set(result.cells) == {cell_id(cell)} == set(sweep_module.stored_cells(layout.store("energy-auto")))
+    assert any("complete (stored under its id with the engine), skipped" in line for line in logs), logs
+    assert not any("computed in" in line for line in logs), logs
+    logs.clear()
+    sweep_module.run_batch([cell], "energy-auto", layout, log=logs.append)
+    assert any("complete, skipped" in line for line in logs) and not any("written" in line for line in logs)
+
+
 def test_large_config_plans_on_the_cpu_and_suggests_the_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(resources, "gpu_visible_here", lambda: False)
     assert attnflow_main(["plan", "--configfile", str(LARGE), "--results", str(tmp_path / "r"),

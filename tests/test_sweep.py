@@ -102,6 +102,35 @@ def test_a_cell_shared_by_two_experiments_is_owned_by_one_batch():
         assert owner in sweep.batches_of("beta_star") and owner in sweep.batches_of("toy_margin")
 
 
+def _shared_cells_config(beta_star_engine: str, toy_engine: str) -> dict:
+    """beta_star and toy_margin sharing two cells (the test above), each naming an engine."""
+    fixed = {"heads": "block", "d": 4, "seeds": 2, "t_max": 1.0, "n_samples": 11, "stop_at_cluster": False,
+             "rtol": 1e-8, "atol": 1e-11}
+    return {"experiment_modules": ["toy_experiment"], "experiments": {
+        "beta_star": {"fixed": {**fixed, "observables": ["energy", "radial"], "engine": beta_star_engine},
+                      "grid": {"H": [2], "n": [4, 6], "beta": [0.5, 1.0], "attention": ["softmax"]}},
+        "toy_margin": {"fixed": {**fixed, "init": "uniform", "observables": ["energy"], "engine": toy_engine},
+                       "grid": {"beta": [0.5, 1.0], "n": [4]}, "batch_over": ["beta"]},
+    }}
+
+
+@pytest.mark.parametrize("engines", [("auto", "numba"), ("numba", "auto"), ("jax", "auto"), ("auto", "auto")])
+def test_a_shared_cell_is_computed_by_the_engine_an_experiment_names(engines):
+    # The engine is no part of a cell's id: two experiments naming numba and auto share the cell, and
+    # the named engine computes it (auto takes either).
+    sweep = validate(_shared_cells_config(*engines))
+    named = {e for e in engines if e != "auto"} or {"auto"}
+    shared = {c for _, _, c in sweep.entries("beta_star")} & {c for _, _, c in sweep.entries("toy_margin")}
+    held = {cell_id(cell): cell for cells in sweep.batches.values() for cell in cells}
+    assert len(shared) == 2 and {held[cid].engine for cid in shared} == named
+
+
+def test_a_shared_cell_named_for_two_engines_is_refused():
+    with pytest.raises(ConfigError, match=r"^engine: experiments beta_star \(numba\) and toy_margin \(jax\) "
+                                          r"share cells, .* give both the same engine, or auto to one"):
+        validate(_shared_cells_config("numba", "jax"))
+
+
 def test_equal_cells_on_one_grid_share_a_store():
     # spread is not read by equal strengths: those grid points are one cell.
     config = {"experiments": {"superadditivity": {

@@ -110,8 +110,9 @@ class Cell:
     max_steps: int = _doc(100_000, "step budget per trajectory (a stiff cell fails naming itself)")
     engine: str = _doc("numba", "numba: the compiled engine on the CPU cores; jax: the JAX engine on diffrax "
                        "(pip install 'attnflow[jax]'; a GPU where jax sees one); auto: jax where jax sees "
-                       "a GPU and the cost model calls the cell large, else numba. Omitted from the cell's "
-                       "JSON (and id) at its default", ENGINES)
+                       "a GPU and the cost model calls the cell large, else numba. Not part of the cell's "
+                       "id: a store records the engine of each cell, and a cell computed by another engine "
+                       "than it names is computed again (auto takes either)", ENGINES)
 
     def __post_init__(self):
         # A sweep builds every cell at each workflow start (10^5 cells and more), so this runs
@@ -132,15 +133,18 @@ class Cell:
         values["seeds"] = _normalise_seeds(values["seeds"])
         values["observables"] = _normalise_groups(values["observables"])
         values["head_subset"] = _normalise_subset(values["head_subset"])
+        # Before canonicalising: a value out of its field's range is refused even where no choice reads it.
+        if values["delta"] < 0:
+            _fail("delta", values["delta"], "the perturbation norm must be >= 0")
+        if not 0.0 <= values["spread"] < 1.0:
+            _fail("spread", values["spread"], "must lie in [0, 1) so every lambda_h stays positive")
+        if not 0.0 < values["cluster_eps"] < 2.0:
+            _fail("cluster_eps", values["cluster_eps"], "must lie in (0, 2)")
         self._canonicalise()
         # After canonicalising: a cell that reads no weights has the default here, whatever it was given.
         if not isinstance(values["weights"], str):
             _fail("weights", values["weights"], "must be a string: a file path, 'minilm', or '' for none")
 
-        if self.delta < 0:
-            _fail("delta", self.delta, "the perturbation norm must be >= 0")
-        if not 0.0 <= self.spread < 1.0:
-            _fail("spread", self.spread, "must lie in [0, 1) so every lambda_h stays positive")
         if not MIN_RTOL <= self.rtol < 1.0:
             _fail("rtol", self.rtol, f"must lie in [{MIN_RTOL:g}, 1): float64 cannot resolve less")
         metric = CLUSTER_METRICS.get(self.cluster_metric)
@@ -148,8 +152,6 @@ class Cell:
         if not low < self.cluster_threshold < high:
             _fail("cluster_threshold", self.cluster_threshold,
                   f"{metric.quantity} lies in ({low:g}, {high:g})")
-        if not 0.0 < self.cluster_eps < 2.0:
-            _fail("cluster_eps", self.cluster_eps, "must lie in (0, 2)")
         for declaration in (HEADS.get(self.heads), INITS.get(self.init)):
             problem = declaration.check(self) if declaration.check else None
             if problem:
@@ -239,27 +241,38 @@ class Cell:
         out = dict(zip(_FIELD_NAMES, _FIELD_VALUES(self.__dict__), strict=True))
         for name in _SEQUENCE_FIELDS:
             out[name] = list(out[name])
-        if self.engine != _DEFAULT_ENGINE:  # at its default, absent: the ids of earlier cells stay
+        if self.engine != _DEFAULT_ENGINE:  # at its default, absent: jobs' parameters stay as they were
             out["engine"] = self.engine
         return out
 
     def canonical_json(self) -> str:
-        """Exactly ``json.dumps(self.to_dict(), sort_keys=True)``, computed once per cell: the text
-        its id (``attnflow.sweep.cell_id``) hashes, so it must never change for a given cell."""
+        """Exactly ``json.dumps(self.to_dict(), sort_keys=True)``, computed once per cell: what a job is
+        given of its cells (``engine`` there only away from its default)."""
         return self._canonical_json
+
+    def identity_json(self) -> str:
+        """The text its id (``attnflow.sweep.cell_id``) hashes, so it must never change for a given
+        cell: ``canonical_json`` less ``engine``, computed once per cell. The engine is no part of what
+        a cell is: the store records which engine computed it (``sweep.engine_staleness``), so a
+        config that moves from ``numba`` to ``auto`` keeps its cells."""
+        return self._identity_json
 
     # A cell is immutable once built, so its JSON is too. cached_property stores it in the
     # instance __dict__ (allowed on a frozen dataclass); it is no field, so equality, hashing,
     # repr and replace() ignore it.
     @functools.cached_property
-    def _canonical_json(self) -> str:
-        # The same text as json.dumps(self.to_dict(), sort_keys=True), built faster: the keys are
-        # put in sorted order here once instead of sorted per call, and the tuple fields are
+    def _identity_json(self) -> str:
+        # The same text as json.dumps of to_dict() less engine, sort_keys=True, built faster: the keys
+        # are put in sorted order here once instead of sorted per call, and the tuple fields are
         # encoded as is (JSON writes a tuple as a list) instead of being copied to lists.
+        return json.dumps(dict(zip(_SORTED_NAMES, _SORTED_VALUES(self.__dict__), strict=True)))
+
+    @functools.cached_property
+    def _canonical_json(self) -> str:
+        if self.engine == _DEFAULT_ENGINE:
+            return self._identity_json
         fields = dict(zip(_SORTED_NAMES, _SORTED_VALUES(self.__dict__), strict=True))
-        if self.engine != _DEFAULT_ENGINE:
-            fields = dict(sorted({**fields, "engine": self.engine}.items()))
-        return json.dumps(fields)
+        return json.dumps(dict(sorted({**fields, "engine": self.engine}.items())))
 
     def input_digest(self) -> str:
         """A digest of the files the cell reads (its weights), '' if none: part of its store's name."""
@@ -321,6 +334,19 @@ def _check_fields(values: dict) -> None:
             _fail(name, value, f"must be one of {', '.join(choices)}")
     for name, kind in cast:
         values[name] = kind(values[name])
+
+
+def readers_of(field: str) -> str:
+    """Which choices read a conditional field (``CONDITIONAL_FIELDS``), as a person reads it: "under
+    init: equiangular", say."""
+    if field == "cluster_eps":
+        return "where the clusters observable is recorded"
+    readers = [f"{key}: {', '.join(item.name for item in registry if field in item.uses)}"
+               for key, registry in (("heads", HEADS), ("init", INITS), ("lambda_dist", STRENGTHS))
+               if any(field in item.uses for item in registry)]
+    if field in ("lambda_dist", "lambda_bar"):
+        readers.append("heads: " + ", ".join(item.name for item in HEADS if item.reads_strengths))
+    return "under " + "; ".join(readers)
 
 
 def _fail(field: str, value, why: str):

@@ -34,12 +34,12 @@ import jsonschema
 import yaml
 
 from .cell import _DEFAULTS as CELL_DEFAULTS
-from .cell import FIELD_CHOICES, FIELD_DOCS, Cell
+from .cell import CONDITIONAL_FIELDS, FIELD_CHOICES, FIELD_DOCS, Cell, readers_of
 from .errors import ConfigError
 from .experiments import Experiment, ExperimentModuleError, Spec, registry
 from .layout import Layout, results_of
 from .observables import GROUPS
-from .sweep import Point, Sweep, point, resolve
+from .sweep import EngineConflict, Point, Sweep, point, resolve
 
 SCHEDULERS = ("threads", "synchronous", "distributed")
 SEED_MAX = 2**63 - 1
@@ -344,11 +344,15 @@ def validate(config: dict, *, reach_scheduler: bool = True, configfile: str | Pa
         check_inputs(experiment, spec)
         if name not in skipped:  # one that cannot run on this machine has no cells to check
             points[name] = points_of(spec)
+            check_read(spec, config["experiments"][name], points[name])
             check_needs(experiment, spec, points[name])
     if not points:
         raise ConfigError("experiments: none can run here ("
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
-    return Sweep.expand(config, experiments, specs, points, skipped)
+    try:
+        return Sweep.expand(config, experiments, specs, points, skipped)
+    except EngineConflict as err:
+        raise ConfigError(str(err)) from None
 
 
 def refined_points(path: Path) -> dict[str, list[dict]]:
@@ -430,6 +434,21 @@ def check_fixed_off_grid(spec: Spec, block: dict | None) -> None:
             raise ConfigError(f"experiments.{spec.name}.fixed.{key} = {fixed[key]!r}: {key} is also an axis "
                               f"of {grid}, {spec.grid[key]!r}, which would win; keep one: drop it from "
                               f"fixed, or give a grid without {key}")
+
+
+def check_read(spec: Spec, block: dict | None, points: list[Point]) -> None:
+    """A field the block sets (fixed or grid) away from its default that no cell of the block reads (say
+    ``gamma0`` beside ``init: uniform``) is refused: each cell drops it (``Cell._canonicalise``), and
+    the figure would carry a setting that changed nothing."""
+    block = block or {}
+    given = {**(block.get("fixed") or {}), **(block.get("grid") or {})}
+    for key, value in given.items():
+        values = value if key in (block.get("grid") or {}) else [value]
+        if key not in CONDITIONAL_FIELDS or all(v == CELL_DEFAULTS[key] for v in values):
+            continue
+        if not any(key in p.cell.used_fields() for p in points):
+            raise ConfigError(f"{where(spec, key)} = {value!r}: no cell of this experiment reads {key}; "
+                              f"it is read only {readers_of(key)}: drop it, or give the choice that reads it")
 
 
 def check_block(spec: Spec) -> None:

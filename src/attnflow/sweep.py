@@ -40,9 +40,21 @@ def config_digest(config: dict) -> str:
 
 
 def cell_id(cell: Cell) -> str:
-    """Stable short name of a cell: a hash of every field (values normalised by ``Cell``) and of
-    the content of any file it reads (so editing a weights file in place makes new stores)."""
-    text = cell.canonical_json() + cell.input_digest()  # the JSON cached on the cell
+    """Stable short name of a cell: a hash of every field but its engine (values normalised by
+    ``Cell``) and of the content of any file it reads (so editing a weights file in place makes new
+    stores). Two engines' results of one cell share its id; the store records the engine."""
+    return _hashed(cell.identity_json() + cell.input_digest())  # the JSON cached on the cell
+
+
+def _id_with_engine(cell: Cell) -> str | None:
+    """The id a cell of a non-default engine had while the engine was part of ids (stores written
+    from 2026-12-04 to 2026-12-05), None for a default one: ``run_batch`` takes such a cell from its store."""
+    if cell.canonical_json() == cell.identity_json():
+        return None
+    return _hashed(cell.canonical_json() + cell.input_digest())
+
+
+def _hashed(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -167,6 +179,22 @@ def _batch_key(spec: Spec, coords: dict) -> str:
     return f"{spec.name}-{label}-{digest}" if len(label) < 60 else f"{spec.name}-{digest}"
 
 
+class EngineConflict(ValueError):
+    """Two experiments share a cell and name two engines for it (``attnflow.config`` reports it)."""
+
+
+def _one_engine(held: Cell, held_by: str, other: Cell, other_by: str) -> Cell:
+    """The cell two experiments share (one id: the engine is no part of it) as one engine computes it:
+    the one an experiment names, where the other says ``auto`` (which takes either)."""
+    if held.engine == "auto":
+        return other
+    if other.engine == "auto":
+        return held
+    raise EngineConflict(f"engine: experiments {held_by} ({held.engine}) and {other_by} ({other.engine}) "
+                         "share cells, which are stored once and computed by one engine: give both the same "
+                         "engine, or auto to one of them")
+
+
 @dataclasses.dataclass
 class Sweep:
     """A validated config: its experiments' specs and grid points, and the simulation batches."""
@@ -196,6 +224,7 @@ class Sweep:
         specs = {name: spec for name, spec in specs.items() if name not in skipped}
         batches: dict[str, list[Cell]] = {}
         owner: dict[str, str] = {}
+        place: dict[str, tuple[str, int]] = {}  # cell id -> (its batch, its index there)
         for name, spec in specs.items():
             keys: dict[tuple, str] = {}  # batch names by the coordinates they hold fixed (named once)
             for p in points[name]:
@@ -205,7 +234,13 @@ class Sweep:
                     if fixed not in keys:
                         keys[fixed] = _batch_key(spec, p.coords)
                     owner[cid] = batch = keys[fixed]
-                    batches.setdefault(batch, []).append(p.cell)
+                    place[cid] = (batch, len(batches.setdefault(batch, [])))
+                    batches[batch].append(p.cell)
+                else:  # a cell another experiment holds: one engine computes it
+                    batch, i = place[cid]
+                    held = batches[batch][i]
+                    if p.cell.engine != held.engine:
+                        batches[batch][i] = _one_engine(held, batch_experiment(batch), p.cell, name)
         return cls(config, experiments, specs, points, batches, skipped, owner)
 
     @property
@@ -396,6 +431,13 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     # Every byte: a job reads its own store once. The start-up check compares sizes and times
     # only; bit rot reaches this job through the ticket `attnflow status --deep` writes.
     state, have = _read_cells(path)
+    # Cells stored while the engine was part of ids (``_id_with_engine``) come under their id now.
+    rekeyed = set()
+    for cell, cid in zip(cells, ids, strict=True):
+        if (old := _id_with_engine(cell)) in have and cid not in have:
+            have[cid] = have.pop(old)
+            have[cid].attrs["cell_id"] = cid
+            rekeyed.add(cid)
     if state.status in ("corrupt", "stale"):
         log(f"{path.name}: {state.status} ({state.detail}); its "
             + ("intact cells are kept" if state.status == "corrupt" else "cells are computed again"))
@@ -414,7 +456,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     for cid, why in [(cid, why) for cid, ds in have.items() if (why := stale_engine(cid, ds))]:
         del have[cid]
         log(f"{names.get(cid, cid)}: {why}: computed again")
-    stored = set(have)
+    stored = set(have) - rekeyed  # rekeyed cells make the store be written again, under their ids
     resumed = {cid: ds for cid, ds in _pending_cells(pending).items()
                if cid not in have and not stale_engine(cid, ds)}
     have.update(resumed)
@@ -442,6 +484,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
             name = names.get(cid, cid)
             if cid in have:
                 where = "" if cid in stored else f" (in {renamed[cid]})" if cid in renamed else \
+                    " (stored under its id with the engine)" if cid in rekeyed else \
                     " (finished by a killed job)"
                 log(f"[{i}/{len(cells)}] {name}: complete{where}, skipped")
                 continue
@@ -509,7 +552,8 @@ def _engines_of(cells: dict[str, xr.Dataset]) -> dict[str, dict]:
             "engine_numerics": {cid: stored_engine_numerics(ds) for cid, ds in cells.items()}}
 
 
-__all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "Point", "STORE_SUFFIX", "Sweep",
+__all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "EngineConflict", "Point", "STORE_SUFFIX",
+           "Sweep",
            "batch_experiment", "cell_id", "cell_name", "config_digest", "describe_failures",
            "engine_staleness", "failure_remedy", "recorded_engine_numerics", "recorded_engines",
            "stored_engine", "stored_engine_numerics",
