@@ -75,9 +75,22 @@ def _with(**edits):
      r"^experiments\.beta_star\.fixed\.gamma0 = 0\.3: no cell of this experiment reads gamma0; it is read "
      r"only under init: equiangular: drop it, or give the choice that reads it$"),
     ({"experiments.beta_star.grid.spread": [0.0, 0.5]},
-     r"^experiments\.beta_star\.grid\.spread = \[0\.0, 0\.5\]: .* read only under lambda_dist: linear:"),
+     r"^experiments\.beta_star\.grid\.spread = \[0\.0, 0\.5\]: .* read only under lambda_dist: linear with "
+     r"heads: scalar, block, perturbed_block, random: drop it"),
+    # A distribution's field beside the distribution, where the heads read no strengths: the message names
+    # those heads too (not only "lambda_dist: dirichlet", which the block gives).
+    ({"experiments.beta_star.fixed.heads": None, "experiments.beta_star.grid.heads": ["trained"],
+      "experiments.beta_star.fixed.weights": "minilm", "experiments.beta_star.fixed.d": 384,
+      "experiments.beta_star.fixed.concentration": 2.0, "experiments.beta_star.fixed.lambda_dist": "dirichlet"},
+     r"^experiments\.beta_star\.fixed\.concentration = 2\.0: .* read only under lambda_dist: dirichlet with "
+     r"heads: scalar, block, perturbed_block, random: drop it"),
     ({"experiments.beta_star.fixed.cluster_eps": 0.1},
-     r"cluster_eps; it is read only where the clusters observable is recorded"),
+     r"cluster_eps; it is read only where the clusters observable is recorded: drop it, or add clusters to "
+     r"observables$"),
+    # The engine is no part of a cell: a grid over engines would repeat each cell.
+    ({"experiments.beta_star.grid.engine": ["numba", "jax"]},
+     r"^experiments\.beta_star\.grid\.engine = \['numba', 'jax'\]: not a grid axis: the engine is no part "
+     r"of a cell .* give it under fixed"),
     # Out of its range where no choice reads it: Cell's own refusal.
     ({"experiments.beta_star.fixed.delta": -1.0},
      r"^experiments\.beta_star .*Cell\.delta = -1\.0: the perturbation norm must be >= 0"),
@@ -94,8 +107,9 @@ def test_a_setting_read_by_some_cells_or_at_its_default_is_accepted():
         "fixed": {"seeds": 2, "t_max": 1.0},
         "grid": {"init": ["uniform"], "spread": [0.3, 0.6], "lambda_dist": ["equal", "linear"],
                  "lambda_bar": [1.0, 2.0], "beta": [1.0, 2.0]}}}}, reach_scheduler=False)
-    # At its default a setting changes nothing whether read or not.
+    # At its default a setting changes nothing whether read or not; a list is a sequence field's default.
     validate(_with(**{"experiments.beta_star.fixed.gamma0": 0.0}), reach_scheduler=False)
+    validate(_with(**{"experiments.beta_star.fixed.head_subset": []}), reach_scheduler=False)
 
 
 def test_the_largest_seed_is_accepted():

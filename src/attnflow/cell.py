@@ -344,8 +344,11 @@ def readers_of(field: str) -> str:
     readers = [f"{key}: {', '.join(item.name for item in registry if field in item.uses)}"
                for key, registry in (("heads", HEADS), ("init", INITS), ("lambda_dist", STRENGTHS))
                if any(field in item.uses for item in registry)]
+    strengths = ", ".join(item.name for item in HEADS if item.reads_strengths)
     if field in ("lambda_dist", "lambda_bar"):
-        readers.append("heads: " + ", ".join(item.name for item in HEADS if item.reads_strengths))
+        readers.append(f"heads: {strengths}")
+    elif any(field in item.uses for item in STRENGTHS):  # a distribution is read only by these heads
+        readers[-1] += f" with heads: {strengths}"
     return "under " + "; ".join(readers)
 
 

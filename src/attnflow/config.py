@@ -158,6 +158,16 @@ def _field_schema(field: dataclasses.Field) -> dict:
     return out
 
 
+# Cell fields that are no grid axis, and why (said where a grid gives one).
+NOT_AXES = {
+    "observables": "the groups a cell records: list them under fixed",
+    # The engine is no part of a cell's id: a grid over engines would name each cell twice, one store.
+    "engine": "the engine is no part of a cell (one store per cell, whichever engine computed it), so a "
+              "grid over engines repeats each cell: give it under fixed; to compare engines, run a config "
+              "per engine, each with its own results",
+}
+
+
 def schema(experiments=None) -> dict:
     """The JSON schema of a config, generated from ``Cell`` and the experiment registry."""
     experiments = experiments if experiments is not None else registry()
@@ -168,7 +178,7 @@ def schema(experiments=None) -> dict:
         name: {"type": "array", "minItems": 1, "items": {k: v for k, v in spec.items()
                                                           if k not in ("description", "default")},
                "description": f"values of {name}: {FIELD_DOCS[name]}"}
-        for name, spec in fields.items() if name != "observables"
+        for name, spec in fields.items() if name not in NOT_AXES
     }, "description": "grid axes: cell field -> non-empty list of values; the cells are their product"}
     blocks = {}
     for exp in experiments:
@@ -183,7 +193,7 @@ def schema(experiments=None) -> dict:
                                "description": "grid axes whose values share one simulation job"},
                 "extra_points": {"type": "array", "items": {**grid, "minProperties": 1, "properties": {
                     name: {k: v for k, v in spec.items() if k not in ("description", "default")}
-                    for name, spec in fields.items() if name != "observables"}},
+                    for name, spec in fields.items() if name not in NOT_AXES}},
                                  "description": "grid points beyond the product of the grid's axes, each "
                                                 "giving every grid axis (attnflow refine writes them)"},
             },
@@ -215,6 +225,10 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
     if error.validator == "additionalProperties":
         allowed = list(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
+        # A cell field unknown here: a grid's or an extra point's (every other block takes them all).
+        axis = next((key for key in unknown if key in NOT_AXES), None)
+        if axis:
+            return f"{where}.{axis} = {error.instance[axis]!r}: not a grid axis: {NOT_AXES[axis]}"
         return (f"{where}: unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(allowed)})")
     message = error.message if len(error.message) < 200 else error.message[:200] + "..."
     return f"{where}: {message}{_number_hint(error)}"
@@ -444,11 +458,19 @@ def check_read(spec: Spec, block: dict | None, points: list[Point]) -> None:
     given = {**(block.get("fixed") or {}), **(block.get("grid") or {})}
     for key, value in given.items():
         values = value if key in (block.get("grid") or {}) else [value]
-        if key not in CONDITIONAL_FIELDS or all(v == CELL_DEFAULTS[key] for v in values):
+        if key not in CONDITIONAL_FIELDS or all(_at_default(key, v) for v in values):
             continue
         if not any(key in p.cell.used_fields() for p in points):
+            remedy = "add clusters to observables" if key == "cluster_eps" else "give the choice that reads it"
             raise ConfigError(f"{where(spec, key)} = {value!r}: no cell of this experiment reads {key}; "
-                              f"it is read only {readers_of(key)}: drop it, or give the choice that reads it")
+                              f"it is read only {readers_of(key)}: drop it, or {remedy}")
+
+
+def _at_default(key: str, value) -> bool:
+    """Whether a config's value of a field is its default, as ``Cell`` normalises it (a list for a
+    sequence field: ``head_subset: []`` is the default ``()``)."""
+    default = CELL_DEFAULTS[key]
+    return (tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value) == default
 
 
 def check_block(spec: Spec) -> None:
