@@ -56,6 +56,24 @@ def test_missing_cells_are_nan_and_listed(tmp_path, tiny_run):
     assert out.sizes["beta"] == len(sweep.specs["beta_star"].grid["beta"])
 
 
+def test_a_summary_says_which_engines_computed_its_cells(tiny_run, monkeypatch):
+    # The engine is no part of a cell's id and engine: auto keeps cells of either engine: the summary
+    # (and its export) counts the cells of each, so two engines' numbers never mix unsaid.
+    import attnflow.aggregate as aggregate_module
+
+    _, config_path, _ = tiny_run
+    sweep = _sweep(config_path)
+    exp, spec = sweep.experiments.get("beta_star"), sweep.specs["beta_star"]
+    entries = sweep.entries("beta_star")
+    assert len({cid for _, _, cid in entries}) == 4
+    assert summarise(exp, spec, entries).attrs["engines"] == "numba: 4"
+    # A store holding a cell the JAX engine computed (no JAX run here: its record says so).
+    recorded, first = aggregate_module.recorded_engines, entries[0][2]
+    monkeypatch.setattr(aggregate_module, "recorded_engines", lambda record: {
+        cid: "jax" if cid == first else engine for cid, engine in recorded(record).items()})
+    assert summarise(exp, spec, entries).attrs["engines"] == "jax: 1, numba: 3"
+
+
 def test_numeric_axes_come_out_ascending_whatever_the_config_order(tmp_path, tiny_run):
     # A refined grid appends its extra points at the end; the maps are drawn from sorted edges.
     _, config_path, _ = tiny_run

@@ -81,7 +81,8 @@ def _with(**edits):
     # those heads too (not only "lambda_dist: dirichlet", which the block gives).
     ({"experiments.beta_star.fixed.heads": None, "experiments.beta_star.grid.heads": ["trained"],
       "experiments.beta_star.fixed.weights": "minilm", "experiments.beta_star.fixed.d": 384,
-      "experiments.beta_star.fixed.concentration": 2.0, "experiments.beta_star.fixed.lambda_dist": "dirichlet"},
+      "experiments.beta_star.fixed.concentration": 2.0,
+      "experiments.beta_star.fixed.lambda_dist": "dirichlet"},
      r"^experiments\.beta_star\.fixed\.concentration = 2\.0: .* read only under lambda_dist: dirichlet with "
      r"heads: scalar, block, perturbed_block, random: drop it"),
     ({"experiments.beta_star.fixed.cluster_eps": 0.1},

@@ -135,6 +135,7 @@ def test_csv_has_a_csvw_sidecar_with_units_and_provenance(tiny_run, tmp_path):
     provenance = meta["dc:provenance"]
     assert provenance["experiment"] == "beta_star" and provenance["theorem"] == "Thm 19"
     assert provenance["config_sha256"] and provenance["numerics_version"] and provenance["attnflow_version"]
+    assert provenance["engines"] == "numba: 4"  # which engine computed the cells (beta_star's 4)
 
 
 def test_stdout_for_dash(tiny_run, tmp_path, monkeypatch, capsys):

@@ -34,7 +34,14 @@ from .experiments import Experiment, Spec
 from .pack import CELL, cell_values, select
 from .store import CorruptStore, StaleStore, load, open_members, quarantine, record_of
 from .store import write as write_store
-from .sweep import describe_failures, seed_footer, store_versions, summary_versions, verify_batch
+from .sweep import (
+    describe_failures,
+    recorded_engines,
+    seed_footer,
+    store_versions,
+    summary_versions,
+    verify_batch,
+)
 
 
 @contextlib.contextmanager
@@ -189,7 +196,8 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
         raise StaleStore(f"{experiment.name}: {len(stale)} stores are stale ({states[stale[0]].detail}): "
                          + ", ".join(stale) + "; a summary never mixes numerics versions, the next "
                          "`snakemake` recomputes them")
-    held = {path: set(record_of(path).get("cells") or ()) if states[path].ok else set() for path in by_store}
+    records = {path: record_of(path) if states[path].ok else {} for path in by_store}
+    held = {path: set(records[path].get("cells") or ()) for path in by_store}
     missing = sorted({f"{path}:{cid}" for _, path, cid in entries if cid not in held[path]})
     failed = [{"coords": coords, "error": failures[cid]} for coords, path, cid in entries
               if cid not in held[path] and cid in (failures or {})]
@@ -223,10 +231,21 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
     for name, attrs in _COUNT_ATTRS.items():
         out[name].attrs.update(attrs)
     out.attrs.update({"experiment": experiment.name, "n_cells": len(entries), "missing_cells": missing,
-                      "failed_cells": failed, **certificate, **seed_failures})
+                      "failed_cells": failed, "engines": _engines(entries, records), **certificate,
+                      **seed_failures})
     # Units, long names and descriptions of every variable and coordinate, from one table
     # (attnflow.metadata) and the experiment's own: one it adds without them stops here, named.
     return metadata.describe_summary(out, experiment.name, experiment.metadata)
+
+
+def _engines(entries, records: dict[str, dict]) -> str:
+    """Which engines computed the summary's stored cells, and how many each ("jax: 3, numba: 1"): an
+    ``engine: auto`` sweep takes cells of either (``sweep.run_batch``), and the summary says so."""
+    engines = {path: recorded_engines(record) for path, record in records.items()}
+    counts: dict[str, int] = {}
+    for path, cid in {(path, cid) for _, path, cid in entries if cid in engines[path]}:
+        counts[engines[path][cid]] = counts.get(engines[path][cid], 0) + 1
+    return ", ".join(f"{engine}: {count}" for engine, count in sorted(counts.items()))
 
 
 def _seed_failures(out: xr.Dataset) -> dict:

@@ -111,8 +111,8 @@ class Cell:
     engine: str = _doc("numba", "numba: the compiled engine on the CPU cores; jax: the JAX engine on diffrax "
                        "(pip install 'attnflow[jax]'; a GPU where jax sees one); auto: jax where jax sees "
                        "a GPU and the cost model calls the cell large, else numba. Not part of the cell's "
-                       "id: a store records the engine of each cell, and a cell computed by another engine "
-                       "than it names is computed again (auto takes either)", ENGINES)
+                       "id (nor a grid axis): a store records the engine of each cell, and a cell computed "
+                       "by another engine than it names is computed again (auto takes either)", ENGINES)
 
     def __post_init__(self):
         # A sweep builds every cell at each workflow start (10^5 cells and more), so this runs

@@ -461,7 +461,8 @@ def check_read(spec: Spec, block: dict | None, points: list[Point]) -> None:
         if key not in CONDITIONAL_FIELDS or all(_at_default(key, v) for v in values):
             continue
         if not any(key in p.cell.used_fields() for p in points):
-            remedy = "add clusters to observables" if key == "cluster_eps" else "give the choice that reads it"
+            remedy = "add clusters to observables" if key == "cluster_eps" else \
+                "give the choice that reads it"
             raise ConfigError(f"{where(spec, key)} = {value!r}: no cell of this experiment reads {key}; "
                               f"it is read only {readers_of(key)}: drop it, or {remedy}")
 

@@ -149,7 +149,9 @@ def config_markdown() -> str:
         lines.append(f"| `{key}` | {'' if default is None else _value(default)} | {_cell(doc)} |")
     lines += ["", "## Cell fields (`defaults`, `fixed`, `grid`)", "",
               "Fields marked * are read only under some choices (see the tables below); elsewhere they",
-              "are reset to their default, so equal simulations share one store.", "",
+              "are reset to their default, so equal simulations share one store. An experiment's `fixed`",
+              "or `grid` that sets one away from its default where none of its cells reads it is refused.",
+              "`observables` and `engine` are no grid axes.", "",
               "| field | default | meaning |", "|---|---|---|"]
     for name, doc in FIELD_DOCS.items():
         choices = f" (one of {', '.join(FIELD_CHOICES[name])})" if name in FIELD_CHOICES else ""

@@ -289,7 +289,7 @@ def slope_interval(x, y, level: float = 0.95):
 
 
 PROVENANCE = ("title", "config_sha256", "attnflow_version", "numerics_version", "reduction_version",
-              "certificate_error", "history", "Conventions")
+              "engines", "certificate_error", "history", "Conventions")
 
 
 def export(experiment: str, configfile, results=None) -> pd.DataFrame:
