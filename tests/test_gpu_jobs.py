@@ -13,6 +13,7 @@ from attnflow.cli import main as attnflow_main
 from attnflow.config import load, validate
 from attnflow.layout import Layout
 from attnflow.numerics import ENGINE_NUMERICS
+from attnflow.plan import jobs as plan_jobs
 from attnflow.plan import plan
 from attnflow.sweep import cell_id
 from attnflow.workflow import (
@@ -253,6 +254,33 @@ def test_a_store_written_with_the_engine_in_ids_keeps_its_cells(tmp_path, monkey
     logs.clear()
     sweep_module.run_batch([cell], "energy-auto", layout, log=logs.append)
     assert any("complete, skipped" in line for line in logs) and not any("written" in line for line in logs)
+
+
+def test_status_and_plan_count_cells_stored_under_their_id_with_the_engine_done(tmp_path, monkeypatch):
+    # Such a store (2026-12-04/05) is taken by the next job, computing nothing (the test above): status
+    # says done, not missing, and plan counts no cell to compute.
+    from attnflow import sweep as sweep_module
+    from attnflow import workflow as workflow_module
+
+    config = _only_energy(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"],
+                                       "defaults.engine": "auto"})
+    sweep = validate(load(config), reach_scheduler=False)
+    (batch, cells), = sweep.batches.items()
+    manifest = sweep.layout.manifest(batch)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    today = sweep_module.cell_id
+
+    def with_engine(cell):
+        return sweep_module._id_with_engine(cell) or today(cell)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sweep_module, "cell_id", with_engine)
+        patch.setattr(workflow_module, "cell_id", with_engine)
+        simulate_job(batch_params(sweep, batch), batch, sweep.config, str(manifest), log=lambda *_: None)
+    assert set(json.loads(manifest.read_text())["cells"]) == {with_engine(c) for c in cells} != \
+        {cell_id(c) for c in cells}
+    assert {s.status for s in cell_states(sweep).values()} == {"done"}
+    assert [job.to_compute for job in plan_jobs(sweep).values()] == [0]
 
 
 def test_large_config_plans_on_the_cpu_and_suggests_the_gpu(tmp_path, monkeypatch, capsys):

@@ -27,6 +27,7 @@ from .layout import Layout, results_of
 from .store import StoreState, record_of, root_attrs, verify
 from .sweep import (
     Sweep,
+    _id_with_engine,
     cell_id,
     config_digest,
     engine_staleness,
@@ -438,6 +439,20 @@ def _runs_anyway(sweep: Sweep, batch: str) -> bool:
     return any(cell_id(c) not in recorded for c in sweep.batches[batch])
 
 
+def _ids_of_today(cells, record: dict) -> dict:
+    """A manifest or store ``record`` with the cells it holds under the ids they had while the engine was
+    part of ids (``sweep._id_with_engine``: stores of 2026-12-04/05) renamed to today's ids: the next job
+    takes them so (``run_batch``), computing nothing, so status and plan count them done, not missing."""
+    held = record.get("cells") or {}
+    renamed = {old: cid for cell in cells
+               if (old := _id_with_engine(cell)) in held and (cid := cell_id(cell)) not in held}
+    if not renamed:
+        return record
+    return {**record, **{key: {renamed.get(k, k): v for k, v in record[key].items()}
+                         for key in ("cells", "engines", "engine_numerics")
+                         if isinstance(record.get(key), dict)}}
+
+
 def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
     """Every cell of the sweep -> its state: done | missing | failed (its error as detail) | corrupt |
     interrupted (finished by a job that was killed before writing its batch's store) | stale (its store
@@ -456,13 +471,14 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
         failed: dict = {}
         other: dict = {}
         if not record:  # never finished, its manifest deleted or unreadable: what its store holds, if any
-            stored = record_of(store)
+            stored = _ids_of_today(cells, record_of(store))
             held = stored.get("cells") or {}
             state = verify_batch(store, checksums=checksums) if held else StoreState("missing")
             other = other_engines(sweep, batch, stored)
         elif record.get("format") != MANIFEST_FORMAT:
             held, state = {cell_id(c): "" for c in cells}, batch_health(sweep, batch, record)[0][1]
         else:
+            record = _ids_of_today(cells, record)
             held, failed = record["cells"], record["failed"]
             state = store_health(sweep, batch, record, checksums)
             other = other_engines(sweep, batch, record)
