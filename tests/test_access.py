@@ -85,6 +85,22 @@ def test_open_cells_combines_the_stores_along_the_grid_axes(tiny_run):
     assert everything.sizes["n"] == 2 and everything.sizes["beta"] == 2
 
 
+def test_open_cells_serves_no_cell_another_engine_computed_than_the_config_names(tiny_run, tmp_path):
+    # The engine is no part of a cell's id: the numba run's stores hold the cells of a config moved to jax,
+    # stale until `snakemake` recomputes them (status says so); never served as the config's numbers.
+    from attnflow.access import OutdatedCells
+
+    _, config, results = tiny_run
+    assert attnflow.open_cells("beta_star", configfile=config).attrs["engines"] == "numba: 4"
+    moved = write_config(tmp_path, **{"defaults.engine": "jax"})
+    with pytest.raises(OutdatedCells, match=r"^beta_star: 4 of 4 cells are stale \(first: .*computed by "
+                                            r"numba, this config asks for jax\); `snakemake .* --configfile"):
+        attnflow.open_cells("beta_star", configfile=moved, results=results)
+    # auto takes either engine's cells.
+    auto = write_config(tmp_path, "auto.yaml", **{"defaults.engine": "auto"})
+    assert attnflow.open_cells("beta_star", configfile=auto, results=results).attrs["engines"] == "numba: 4"
+
+
 def test_open_cells_names_values_not_on_the_grid(tiny_run):
     _, config, _ = tiny_run
     with pytest.raises(NotOnGrid, match=r"n = 5 is not on the grid \(n: \[4, 6\]\)"):

@@ -33,6 +33,12 @@ class OutdatedSummary(StaleStore):
     config's."""
 
 
+class OutdatedCells(StaleStore):
+    """Stored cells another engine computed than the config names for them (``engine: numba`` or ``jax``),
+    or their engine under another version of its own numbers: the message names the command that
+    recomputes them. Never served: their numbers are not those the config asks for."""
+
+
 class NotOnGrid(KeyError):
     """A coordinate that is no grid axis of the experiment, or a value not on its axis (named)."""
 
@@ -185,7 +191,7 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     from .metadata import with_coordinates
     from .pack import merged_attrs, split
     from .store import load, open_members
-    from .sweep import cell_id, store_versions
+    from .sweep import cell_id, engine_staleness, store_versions, stored_engine, stored_engine_numerics
 
     sweep = load_sweep(configfile, results)
     _check_experiment(sweep, experiment, configfile)
@@ -203,6 +209,24 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
         summary = sweep.layout.summary(experiment)
         raise NotBuiltError(f"{experiment}: {len(missing)} of {len(points)} cells have no store yet "
                             f"(first: {missing[0]}); `{build_command(configfile, summary)}` simulates them")
+    # The engine is no part of a cell's id: a store may hold another engine's numbers than the config
+    # names (moved from numba to jax, before `snakemake` recomputes them), as status says (other_engines).
+    named = {}  # cell id -> the engine its batch names (another experiment's, where that one names one)
+    for batch in {sweep.owner[cell_id(p.cell)] for p in points}:
+        named.update((cell_id(c), None if c.engine == "auto" else c.engine) for c in sweep.batches[batch])
+    stale = []
+    for point in points:
+        ds = cells[cell_id(point.cell)]
+        if why := engine_staleness(stored_engine(ds), stored_engine_numerics(ds), named[cell_id(point.cell)]):
+            stale.append((point.coords, why))
+    if stale:
+        summary = sweep.layout.summary(experiment)
+        raise OutdatedCells(f"{experiment}: {len(stale)} of {len(points)} cells are stale (first: "
+                            f"{stale[0][0]}: {stale[0][1]}); `{build_command(configfile, summary)}` "
+                            "recomputes them")
+    engines: dict[str, int] = {}  # engine: auto takes either's cells: said in the attributes, never dropped
+    for ds in (cells[cid] for cid in dict.fromkeys(cell_id(p.cell) for p in points)):
+        engines[stored_engine(ds)] = engines.get(stored_engine(ds), 0) + 1
     pieces = []
     for point in points:
         ds = cells[cell_id(point.cell)]
@@ -215,8 +239,9 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     for name in pieces[0].variables:  # a description naming each cell's threshold: joined, not dropped
         out[name].attrs = merged_attrs([piece[name].attrs for piece in pieces])
     out = out.swap_dims(cell=axes[0]) if len(axes) == 1 else out.set_index(cell=axes).unstack("cell")
+    out.attrs["engines"] = ", ".join(f"{engine}: {count}" for engine, count in sorted(engines.items()))
     return with_coordinates(out)  # the grid axes: units, long name, description
 
 
-__all__ = ["NotBuiltError", "NotOnGrid", "OutdatedSummary", "load_sweep", "open_cells", "open_summary",
-           "select_points"]
+__all__ = ["NotBuiltError", "NotOnGrid", "OutdatedCells", "OutdatedSummary", "load_sweep", "open_cells",
+           "open_summary", "select_points"]
