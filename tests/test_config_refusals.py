@@ -92,6 +92,10 @@ def _with(**edits):
     ({"experiments.beta_star.grid.engine": ["numba", "jax"]},
      r"^experiments\.beta_star\.grid\.engine = \['numba', 'jax'\]: not a grid axis: the engine is no part "
      r"of a cell .* give it under fixed"),
+    ({"experiments.beta_star.extra_points": [{"H": 2, "n": 8, "beta": 1.0, "engine": "jax"}]},
+     r"^experiments\.beta_star\.extra_points\.0\.engine = 'jax': not a grid axis"),
+    # Elsewhere an unknown key is one, with the keys allowed there (engine goes under defaults).
+    ({"engine": "auto"}, r"^\(top level\): unknown key 'engine' \(allowed: .*defaults"),
     # Out of its range where no choice reads it: Cell's own refusal.
     ({"experiments.beta_star.fixed.delta": -1.0},
      r"^experiments\.beta_star .*Cell\.delta = -1\.0: the perturbation norm must be >= 0"),

@@ -158,7 +158,8 @@ def _field_schema(field: dataclasses.Field) -> dict:
     return out
 
 
-# Cell fields that are no grid axis, and why (said where a grid gives one).
+GRID_DESCRIPTION = "grid axes: cell field -> non-empty list of values; the cells are their product"
+# Cell fields that are no grid axis, and why (said where a grid or an extra point gives one).
 NOT_AXES = {
     "observables": "the groups a cell records: list them under fixed",
     # The engine is no part of a cell's id: a grid over engines would name each cell twice, one store.
@@ -179,7 +180,7 @@ def schema(experiments=None) -> dict:
                                                           if k not in ("description", "default")},
                "description": f"values of {name}: {FIELD_DOCS[name]}"}
         for name, spec in fields.items() if name not in NOT_AXES
-    }, "description": "grid axes: cell field -> non-empty list of values; the cells are their product"}
+    }, "description": GRID_DESCRIPTION}
     blocks = {}
     for exp in experiments:
         blocks[exp.name] = {
@@ -225,9 +226,9 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
     if error.validator == "additionalProperties":
         allowed = list(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
-        # A cell field unknown here: a grid's or an extra point's (every other block takes them all).
+        # A grid's or an extra point's (whose schema is the grid's) field that is no axis.
         axis = next((key for key in unknown if key in NOT_AXES), None)
-        if axis:
+        if axis and error.schema.get("description") == GRID_DESCRIPTION:
             return f"{where}.{axis} = {error.instance[axis]!r}: not a grid axis: {NOT_AXES[axis]}"
         return (f"{where}: unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(allowed)})")
     message = error.message if len(error.message) < 200 else error.message[:200] + "..."
