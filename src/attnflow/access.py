@@ -186,7 +186,8 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     lacks is NaN) on top of each cell's own (seed, time, head, token); it is read
     into memory. Each batch's store is verified first, every byte; a cell not
     stored yet is ``NotBuiltError`` naming its grid point and the command that
-    writes it.
+    writes it; one another engine computed than the config names is
+    ``OutdatedCells``. ``attrs["engines"]`` counts the cells of each engine.
     """
     from .metadata import with_coordinates
     from .pack import merged_attrs, split
