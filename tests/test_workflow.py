@@ -139,15 +139,18 @@ def test_a_one_value_edit_dry_run_is_short(beta_star_run, tmp_path):
     # per batch (the cells' JSON, 2 x 1.2 KB per cell and batch, before).
     import shutil
 
-    # On a copy of the fixture's results (the dry run writes repair tickets and job parameters there,
-    # which the session's later users of the fixture must not see), times kept.
+    # On a copy of the fixture's results (the dry run writes repair tickets there, and the run after it
+    # stores cells, which the session's later users of the fixture must not see), times kept.
     workdir, results = tmp_path, tmp_path / "results"
     shutil.copytree(beta_star_run[2], results)
     # A config in a new file is another config on those results: it says so (share_results), as the user
     # who edits the one config never has to.
     more = beta_star_config(workdir, "one_more_beta.yaml", share_results=True,
                             **{"experiments.beta_star.grid.beta": [0.5, 2.0, 8.0]})
+    written = sorted((results / "params").iterdir())
     proc = dry_run(workdir, more, quiet=False)
+    # A dry run writes no job parameters (Snakemake compares the digests; only a job reads the file).
+    assert sorted((results / "params").iterdir()) == written
     assert jobs_of(proc) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
     printed = proc.stdout + proc.stderr
     # Each batch that gained a cell reruns: its params changed (a digest) and its manifest no longer
@@ -156,11 +159,14 @@ def test_a_one_value_edit_dry_run_is_short(beta_star_run, tmp_path):
     # As printed for a results folder relative to the working directory, as the shipped configs give it
     # (the fixture's is absolute: a 40-character temporary directory before each of 30 paths).
     assert len(printed.replace(f"{workdir}/", "").encode()) < 5000, printed
-    # The files the new digests name (written by the dry run) hold the new cells, the third beta among them.
+    # The run that follows writes the files the new digests name, and its jobs read them: the two simulate
+    # jobs it is asked for store the new cells, the third beta among them.
     sweep = validate(load(more))
+    run(workdir, more, *(str(sweep.layout.manifest(batch)) for batch in sweep.batches))
     quoted = [json.loads(jobparams.get(Layout(results), batch_params(sweep, batch, write=False)))
               for batch in sweep.batches]
     assert len(quoted) == 2 and all(sorted(c["beta"] for c in cells) == [0.5, 2.0, 8.0] for cells in quoted)
+    assert all(len(json.loads(sweep.layout.manifest(b).read_text())["cells"]) == 3 for b in sweep.batches)
 
 
 def _copy_run(tiny_run, tmp_path):

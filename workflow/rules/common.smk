@@ -161,9 +161,17 @@ def experiment_tickets(wildcards):
     return summary_tickets(RESULTS, wildcards.experiment)
 
 
+def write_params():
+    """Whether the job parameter files are written now (attnflow.jobparams): by a run, never by a dry run
+    (which changes nothing: Snakemake compares the digests, only a job reads the file, and the run that
+    follows, or a cluster node parsing this file again for its job, writes it), nor into another
+    config's results. Asked in the params functions, once Snakemake knows whether it is a dry run."""
+    return not _FOREIGN and not workflow.dryrun
+
+
 def batch_cells(wildcards):
     """The digest of the batch's cells, which the job reads from the file it names (attnflow.jobparams)."""
-    return batch_params(SWEEP, wildcards.batch, write=not _FOREIGN)  # nothing in another config's results
+    return batch_params(SWEEP, wildcards.batch, write=write_params())
 
 
 def experiment_manifests(wildcards):
@@ -172,11 +180,11 @@ def experiment_manifests(wildcards):
 
 def experiment_entries(wildcards):
     """The digest of (grid coordinates, store path, cell id) of every grid point: what the aggregation reads."""
-    return entries_params(SWEEP, wildcards.experiment, write=not _FOREIGN)
+    return entries_params(SWEEP, wildcards.experiment, write=write_params())
 
 
 def experiment_spec(wildcards):
-    return spec_params(SWEEP, wildcards.experiment, write=not _FOREIGN)
+    return spec_params(SWEEP, wildcards.experiment, write=write_params())
 
 
 def figure_summary(wildcards):
