@@ -118,6 +118,21 @@ def test_known_failures_are_not_retried_until_forced(failing_run):
     assert {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr.zip")} == stores
 
 
+def test_one_known_failure_is_said_in_the_singular(tmp_path):
+    from sweep_helpers import beta_star_config
+
+    from attnflow.config import load, validate
+    from attnflow.workflow import MANIFEST_FORMAT, known_failures_notice
+
+    sweep = validate(load(beta_star_config(tmp_path)), reach_scheduler=False)
+    batch, cells = next(iter(sweep.batches.items()))
+    manifest = sweep.layout.manifest(batch)
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"format": MANIFEST_FORMAT, "batch": batch, "cells": {},
+                                    "failed": {cell_id(cells[0]): "step budget exhausted"}}))
+    assert "skipping known failures: 1 cell that failed; the same numbers" in known_failures_notice(sweep)
+
+
 @pytest.mark.workflow
 def test_status_names_each_failure_by_its_grid_point_with_a_remedy(failing_run, capsys):
     _, config, _, _ = failing_run

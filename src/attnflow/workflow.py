@@ -311,12 +311,11 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
     # cells (another config or working copy on these results; a weights file edited in place, which
     # renames its cells) leaves Snakemake nothing to rerun where this check finds the cells missing.
     recorded = set(record["cells"]) | set(record["failed"])
-    absent = [cid for cid in dict.fromkeys(cell_id(c) for c in sweep.batches[batch]) if cid not in recorded]
+    ids = set(cell_id(c) for c in sweep.batches[batch])
+    absent = ids - recorded
     if absent:
-        problems.append((str(store), StoreState(
-            "changed", f"its manifest records {len(sweep.batches[batch]) - len(absent)} of the batch's "
-                       f"{len(sweep.batches[batch])} cells (written for another grid, config or input "
-                       "file)")))
+        problems.append((str(store), StoreState("changed", _changed_cells(len(absent), len(ids) - len(absent),
+                                                                          len(recorded - ids)))))
     if not (state := store_health(sweep, batch, record, checksums)).ok:
         problems.append((str(store), state))
     elif other := other_engines(sweep, batch, record):
@@ -331,6 +330,33 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
             problems += [(f"{store}:{cid}", StoreState("failed", str(line)))
                          for cid, line in sorted((record.get("seed_failures") or {}).items())]
     return problems
+
+
+def _changed_cells(new: int, held: int, dropped: int) -> str:
+    """What a batch whose manifest lacks ``new`` of its cells (it records ``held`` of them and ``dropped``
+    others) gained, in the words of the start-up line (``damage_line``)."""
+    if not dropped:  # a value added to a grid axis (or a refined point)
+        return f"gained {_cells(new)} (its store holds the other {held})"
+    return (f"changed (its store holds {held} of its {new + held} cells, and {_cells(dropped)} it no longer "
+            "has: a grid value edited, or written for another config or input file)")
+
+
+def _cells(count: int) -> str:
+    return f"{count} cell" + ("" if count == 1 else "s")
+
+
+def damage_line(sweep: Sweep, batch: str, path: str, state: StoreState) -> str:
+    """The line the workflow prints at its start for one problem ``issue_repairs`` found: what was found
+    and what the run does about it (a dry run prints the same)."""
+    if state.status == "changed":
+        return f"attnflow: batch {batch} {state.detail}: it runs, computing only the cells its store lacks"
+    if state.status == "replaced":
+        return (f"attnflow: {path} was {state.detail.split(';')[0]}: intact, batch {batch} records it again "
+                "(nothing recomputed)")
+    if state.status == "failed":
+        return f"attnflow: retrying {sweep.name_of(path.rsplit(':', 1)[1])} ({state.detail})"
+    return (f"attnflow: {path} is {state.status}" + (f" ({state.detail})" if state.detail else "")
+            + f": batch {batch} recomputes it")
 
 
 def _numerics_version() -> int:
@@ -387,28 +413,35 @@ def orphan_health(sweep: Sweep, batch: str, checksums: bool = False,
     store = sweep.layout.store(batch)
     if not store.exists() and not store.is_symlink():
         ran = _ran_before(sweep, batch, _summarised_batches(sweep) if summarised is None else summarised)
-        return [(str(store), StoreState("missing", "and its manifest too (Snakemake deletes a failed or "
-                                                   "killed job's)"))] if ran else []
+        return [(str(store), StoreState("missing", "its manifest too: Snakemake deletes a failed or killed "
+                                                   "job's"))] if ran else []
     state = verify_batch(store, checksums=checksums)
     if not state.ok:
         return [(str(store), StoreState(state.status, f"{state.detail}; its manifest is missing",
                                         state.damaged))]
     held = set(record_of(store).get("cells") or ())
-    absent = [c for c in sweep.batches[batch] if cell_id(c) not in held]
-    if absent:
-        return [(str(store), StoreState("changed", f"it holds {len(sweep.batches[batch]) - len(absent)} of "
-                                                   f"the batch's {len(sweep.batches[batch])} cells and has "
-                                                   "no manifest"))]
+    ids = set(cell_id(c) for c in sweep.batches[batch])
+    if ids - held:
+        return [(str(store), StoreState("changed", f"has no manifest, and its store holds {len(ids & held)} "
+                                                   f"of its {len(ids)} cells"))]
     return []
 
 
 def _summarised_batches(sweep: Sweep) -> set[str]:
-    """The batches of every experiment whose summary on disk was built from this config's very grid
-    (one metadata read per summary; none without summaries)."""
+    """The batches whose stores a summary on disk read, of every experiment whose summary was built from
+    this config's very grid (one metadata read per summary; none without summaries). Only those it
+    read (``stores`` in its attrs): a grid edited elsewhere can move a shared cell from another
+    experiment's batch into a new batch of this one, which never ran."""
     out: set[str] = set()
     for name, spec in sweep.specs.items():
-        if root_attrs(sweep.layout.summary(name)).get("experiment_spec") == spec.to_json():
-            out.update(sweep.batches_of(name))
+        attrs = root_attrs(sweep.layout.summary(name))
+        if attrs.get("experiment_spec") != spec.to_json():
+            continue
+        batches = sweep.batches_of(name)
+        if "stores" in attrs:  # a summary that records none: every batch of its grid
+            read = {Path(p).name for p in str(attrs["stores"]).split(", ")}
+            batches = [b for b in batches if sweep.layout.store(b).name in read]
+        out.update(batches)
     return out
 
 
@@ -745,8 +778,8 @@ def known_failures_notice(sweep: Sweep) -> str | None:
     seeds = [cid for cid in recorded_seeds if cid in ids]
     if not whole and not seeds:
         return None
-    parts = ([f"{len(whole)} cells that failed"] if whole else []) + \
-        ([f"{len(seeds)} cells with failed seeds (stored as failed)"] if seeds else [])
+    parts = ([f"{_cells(len(whole))} that failed"] if whole else []) + \
+        ([f"{_cells(len(seeds))} with failed seeds (stored as failed)"] if seeds else [])
     return (f"attnflow: skipping known failures: {' and '.join(parts)}; the same numbers fail the same way, "
             "so they are computed again only when their cell (say a larger max_steps), or the numerics "
             f"version changes; `attnflow status` names them; to force them: `snakemake --config "
@@ -814,7 +847,8 @@ __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggr
            "other_engines",
            "claim_results", "config_identity", "foreign_owner", "orphan_health", "owner_of", "store_health",
            "would_drop",
-           "batch_params", "cell_states", "entries_params", "failed_cells", "failure_lines", "failure_report",
+           "batch_params", "cell_states", "damage_line", "entries_params", "failed_cells", "failure_lines",
+           "failure_report",
            "figure_caption", "issue_repairs",
            "issue_summary_tickets", "known_failures_notice", "lock_for_child", "lock_results", "RETRY_KEY",
            "retry_requested", "seed_failed_cells",

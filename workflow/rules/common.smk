@@ -8,6 +8,7 @@ from attnflow.workflow import (
     ResultsBusy,
     batch_params,
     claim_results,
+    damage_line,
     entries_params,
     foreign_owner,
     failure_report,
@@ -70,7 +71,8 @@ wildcard_constraints:
 _HOLDER = None if workflow.remote_exec or workflow.subprocess_exec else results_holder(SWEEP.results)
 if _HOLDER:
     print(
-        f"attnflow: another controller ({_HOLDER}) runs on {SWEEP.results}: stores not checked",
+        f"attnflow: another controller ({_HOLDER}) runs on {SWEEP.results}: stores not checked while its jobs "
+        "write them (the jobs listed may lack repairs), and a run with jobs to do stops at its start until it ends",
         file=sys.stderr,
     )
 
@@ -87,26 +89,7 @@ if _FOREIGN:
 if not workflow.remote_exec and not _HOLDER and not _FOREIGN:  # never a ticket in another config's results
     for _batch, _problems in issue_repairs(SWEEP).items():
         for _path, _state in _problems:
-            if _state.status == "changed":
-                print(f"attnflow: batch {_batch} has other cells than its store records ({_state.detail}): "
-                      "it runs", file=sys.stderr)
-                continue
-            if _state.status == "replaced":
-                print(f"attnflow: {_path} was {_state.detail.split(';')[0]}: intact, batch {_batch} records "
-                      "it again (nothing recomputed)", file=sys.stderr)
-                continue
-            if _state.status == "failed":
-                print(
-                    f"attnflow: retrying {SWEEP.name_of(_path.rsplit(':', 1)[1])} ({_state.detail})",
-                    file=sys.stderr,
-                )
-                continue
-            print(
-                f"attnflow: {_path} is {_state.status}"
-                + (f" ({_state.detail})" if _state.detail else "")
-                + f": batch {_batch} recomputes it",
-                file=sys.stderr,
-            )
+            print(damage_line(SWEEP, _batch, _path, _state), file=sys.stderr)
     # Failures the numbers decided are not retried: said once, with how to force them.
     _known = known_failures_notice(SWEEP)
     if _known:
