@@ -413,8 +413,7 @@ def orphan_health(sweep: Sweep, batch: str, checksums: bool = False,
     store = sweep.layout.store(batch)
     if not store.exists() and not store.is_symlink():
         ran = _ran_before(sweep, batch, _summarised_batches(sweep) if summarised is None else summarised)
-        return [(str(store), StoreState("missing", "its manifest too: Snakemake deletes a failed or killed "
-                                                   "job's"))] if ran else []
+        return [(str(store), StoreState("missing", "its manifest too"))] if ran else []
     state = verify_batch(store, checksums=checksums)
     if not state.ok:
         return [(str(store), StoreState(state.status, f"{state.detail}; its manifest is missing",
