@@ -350,13 +350,19 @@ def damage_line(sweep: Sweep, batch: str, path: str, state: StoreState) -> str:
     and what the run does about it (a dry run prints the same)."""
     if state.status == "changed":
         return f"attnflow: batch {batch} {state.detail}: it runs, computing only the cells its store lacks"
+    # A store's path names its batch: the batch is not named again.
     if state.status == "replaced":
-        return (f"attnflow: {path} was {state.detail.split(';')[0]}: intact, batch {batch} records it again "
+        return (f"attnflow: {path} was {state.detail.split(';')[0]}: intact, its job records it again "
                 "(nothing recomputed)")
     if state.status == "failed":
-        return f"attnflow: retrying {sweep.name_of(path.rsplit(':', 1)[1])} ({state.detail})"
+        return f"attnflow: retrying {sweep.name_of(path.rsplit(':', 1)[1])}: {_short_error(state.detail)}"
     return (f"attnflow: {path} is {state.status}" + (f" ({state.detail})" if state.detail else "")
-            + f": batch {batch} recomputes it")
+            + ": its job recomputes it")
+
+
+def _short_error(error: str) -> str:
+    """A cell's error without the ``cell(...): `` it starts with (the line names its grid point)."""
+    return error.split("): ", 1)[1] if error.startswith("cell(") and "): " in error else error
 
 
 def _numerics_version() -> int:
@@ -762,7 +768,7 @@ def failure_lines(sweep: Sweep, failures: tuple[dict, dict] | None = None) -> li
     for kind, found in (("failed", whole), ("failed seeds", seeds)):
         for cid, error in sorted(found.items(), key=lambda item: sweep.name_of(item[0])):
             if cid in cells:
-                short = error.split("): ", 1)[1] if error.startswith("cell(") and "): " in error else error
+                short = _short_error(error)
                 lines.append(f"{kind} {sweep.name_of(cid)}: {short}; {failure_remedy(cells[cid], short)}")
     return lines
 
