@@ -3,6 +3,7 @@
 import itertools
 import json
 import os
+import re
 import struct
 import zipfile
 
@@ -156,8 +157,9 @@ def test_a_one_value_edit_dry_run_is_short(beta_star_run, tmp_path):
     # Each batch that gained a cell reruns: its params changed (a digest) and its manifest no longer
     # records all its cells (a repair ticket, which Snakemake names first); no cell's JSON is quoted.
     assert printed.count("rule simulate:") == 2 and '"beta":' not in printed, printed
-    # The start-up check says why, in words, once per batch.
+    # The start-up check says why, in words, once per batch; so does the ticket Snakemake's reason names.
     assert proc.stderr.count("gained 1 cell (its store holds the other 2): it runs, computing only") == 2
+    assert len(re.findall(r"reason: Updated input files: \S+/cells-added-\w+\.ticket$", printed, re.M)) == 2
     # As printed for a results folder relative to the working directory, as the shipped configs give it
     # (the fixture's is absolute: a 40-character temporary directory before each of 30 paths).
     assert len(printed.replace(f"{workdir}/", "").encode()) < 5000, printed

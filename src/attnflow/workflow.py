@@ -531,7 +531,8 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
 def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Write a repair ticket for every finished batch with a damaged store; return the damage.
 
-    A ticket (``<digest>.ticket`` in ``Layout.repairs(batch)``, the damage as JSON) is an
+    A ticket (``<what>-<digest>.ticket`` in ``Layout.repairs(batch)``, the damage as JSON;
+    ``<what>`` is what the dry run's reason then shows, say ``store-missing``) is an
     input of the batch's simulate job, newer than its manifest: Snakemake reruns the
     job, which recomputes the damaged stores alone. The digest covers the damage
     and the manifest's time, so a dry run and the run after it share one ticket,
@@ -543,16 +544,34 @@ def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple
     for batch, problems in damage.items():
         manifest = sweep.layout.manifest(batch)
         seen = manifest.stat().st_mtime_ns if manifest.exists() else None
-        _write_ticket(sweep.layout.repairs(batch), {
+        _write_ticket(sweep.layout.repairs(batch), "+".join(dict.fromkeys(map(_repair_word, problems))), {
             "manifest_mtime_ns": seen,
             "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]})
     return damage
 
 
-def _write_ticket(directory: Path, record: dict) -> None:
-    """``<directory>/<digest of record>.ticket``, unless that ticket exists (a dry run wrote it)."""
+def _repair_word(problem: tuple[str, StoreState]) -> str:
+    """What a repair ticket's name says of one problem (``issue_repairs``)."""
+    state = problem[1]
+    if state.status == "changed":
+        return "cells-added" if state.detail.startswith("gained") else "cells-changed"
+    return {"failed": "failure-retried"}.get(state.status, f"store-{state.status}")
+
+
+def _summary_word(why: str) -> str:
+    """What a summary ticket's name says of why it is outdated (``outdated_summaries``)."""
+    if why.startswith("built from batch"):
+        return "manifest-missing"
+    if why.startswith("built from another grid"):
+        return "grid-changed"
+    return f"summary-{why.split()[0]}"  # missing, corrupt, stale...
+
+
+def _write_ticket(directory: Path, what: str, record: dict) -> None:
+    """``<directory>/<what>-<digest of record>.ticket``, unless that ticket exists (a dry run wrote it):
+    ``what`` (say ``store-missing``) names the ticket where Snakemake's reason for its job shows it."""
     text = json.dumps(record, indent=1, sort_keys=True)
-    ticket = directory / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"
+    ticket = directory / f"{what}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"
     if not ticket.exists():
         ticket.parent.mkdir(parents=True, exist_ok=True)
         ticket.write_text(text)
@@ -605,7 +624,7 @@ def issue_summary_tickets(sweep: Sweep, checksums: bool = False) -> dict[str, st
         # new ticket (newer than what the rebuild wrote).
         outputs = (sweep.layout.summary(name), *sweep.layout.figures(name))
         seen = {p.name: p.stat().st_mtime_ns for p in outputs if p.exists()}
-        _write_ticket(sweep.layout.summary_tickets(name),
+        _write_ticket(sweep.layout.summary_tickets(name), _summary_word(why),
                       {"experiment": name, "why": why, "mtime_ns": seen})
     return found
 
