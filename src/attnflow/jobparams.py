@@ -48,8 +48,8 @@ def get(layout: Layout, key: str) -> str:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise FileNotFoundError(f"job parameters {path} are missing: they are written when the workflow is "
-                                "parsed; run `snakemake` again") from None
+        raise FileNotFoundError(f"job parameters {path} are missing: a run (not a dry run) writes them as it "
+                                "builds its jobs; run `snakemake` again") from None
     if digest(text) != key:
         raise ValueError(f"job parameters {path} do not match their digest (edited or damaged): delete the "
                          "file and run `snakemake` again, which writes it anew")
