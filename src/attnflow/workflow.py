@@ -294,8 +294,9 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
                  checksums: bool = False) -> list[tuple[str, StoreState]]:
     """What is wrong with a finished batch (its manifest ``record``, ``{}`` when unreadable), as (path,
     state) pairs: an unreadable or old manifest, its store (``store_health``), cells of it another
-    engine computed than their cell names (stale: ``other_engines``), its failed cells. (A batch that
-    gained cells, a grid value added, is not damaged: Snakemake reruns it, its parameters changed.)
+    engine computed than their cell names (stale: ``other_engines``), its failed cells, and cells its
+    manifest lacks (``changed``: a grid value added or edited; Snakemake would rerun such a batch for
+    its parameters only where it has their record, not in another working copy of these results).
     """
     store = sweep.layout.store(batch)
     if not record:
@@ -333,8 +334,8 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
 
 
 def _changed_cells(new: int, held: int, dropped: int) -> str:
-    """What a batch whose manifest lacks ``new`` of its cells (it records ``held`` of them and ``dropped``
-    others) gained, in the words of the start-up line (``damage_line``)."""
+    """How the start-up line (``damage_line``) says what befell a batch whose manifest lacks ``new`` of its
+    cells, records ``held`` of them and ``dropped`` cells the batch no longer has."""
     if not dropped:  # a value added to a grid axis (or a refined point)
         return f"gained {_cells(new)} (its store holds the other {held})"
     return (f"changed (its store holds {held} of its {new + held} cells, and {_cells(dropped)} it no longer "
@@ -443,7 +444,7 @@ def _summarised_batches(sweep: Sweep) -> set[str]:
         if attrs.get("experiment_spec") != spec.to_json():
             continue
         batches = sweep.batches_of(name)
-        if "stores" in attrs:  # a summary that records none: every batch of its grid
+        if "stores" in attrs:  # else (none recorded): every batch of its grid, as before summaries said
             read = {Path(p).name for p in str(attrs["stores"]).split(", ")}
             batches = [b for b in batches if sweep.layout.store(b).name in read]
         out.update(batches)

@@ -71,8 +71,9 @@ wildcard_constraints:
 _HOLDER = None if workflow.remote_exec or workflow.subprocess_exec else results_holder(SWEEP.results)
 if _HOLDER:
     print(
-        f"attnflow: another controller ({_HOLDER}) runs on {SWEEP.results}: stores not checked while its jobs "
-        "write them (the jobs listed may lack repairs), and a run with jobs to do stops at its start until it ends",
+        f"attnflow: another controller ({_HOLDER}) runs on {SWEEP.results}: stores not checked while its "
+        "jobs write them (the jobs listed may lack repairs), and a run with jobs to do stops at its start "
+        "until it ends",
         file=sys.stderr,
     )
 
