@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from sweep_helpers import dry_run, jobs_of, planned, run, stored, write_config
+from sweep_helpers import dry_run, jobs_of, run, stored, write_config
 
 from attnflow import Cell
 from attnflow.cli import main as attnflow_main
@@ -113,9 +113,27 @@ def test_known_failures_are_not_retried_until_forced(failing_run):
     assert dry.stderr.count("skipping known failures") == 1
     assert "retry_failures=True" in dry.stderr and "4 cells with failed seeds" in dry.stderr
     # Forced: the batches with failed seeds run again (once), recomputing just those cells.
-    assert planned(tmp, config, "--config", "retry_failures=True") == {"simulate": 2, "aggregate": 1,
-                                                                        "plot": 1, "all": 1}
+    forced = dry_run(tmp, config, "--config", "retry_failures=True")
+    assert jobs_of(forced) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+    # A line per cell retried: its grid point, then why it failed (no second parenthesis, no "cell(...)").
+    retried = [line for line in forced.stderr.splitlines() if line.startswith("attnflow: retrying ")]
+    assert len(retried) == 4 and not any(") (" in line or "cell(" in line for line in retried), retried
     assert {p.name: p.stat().st_mtime_ns for p in (results / "simulations").glob("*.zarr.zip")} == stores
+
+
+def test_one_known_failure_is_said_in_the_singular(tmp_path):
+    from sweep_helpers import beta_star_config
+
+    from attnflow.config import load, validate
+    from attnflow.workflow import MANIFEST_FORMAT, known_failures_notice
+
+    sweep = validate(load(beta_star_config(tmp_path)), reach_scheduler=False)
+    batch, cells = next(iter(sweep.batches.items()))
+    manifest = sweep.layout.manifest(batch)
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"format": MANIFEST_FORMAT, "batch": batch, "cells": {},
+                                    "failed": {cell_id(cells[0]): "step budget exhausted"}}))
+    assert "skipping known failures: 1 cell that failed; the same numbers" in known_failures_notice(sweep)
 
 
 @pytest.mark.workflow

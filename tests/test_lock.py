@@ -64,9 +64,11 @@ def test_a_second_controller_runs_no_job(tmp_path, holder):
     config = write_config(tmp_path)
     dry = run(tmp_path, config, "-n")  # a dry run changes nothing: it takes no lock, and checks no store
     assert f"another controller (pid {holder.pid}" in dry.stderr
+    assert "(the jobs listed may lack repairs), and a run with jobs to do stops at its start" in dry.stderr
+    assert [p.name for p in (tmp_path / "results").iterdir()] == [".attnflow.lock"]  # no job parameters
     proc = run(tmp_path, config, check=False)
     assert proc.returncode != 0
     assert f"results directory {tmp_path / 'results'} is in use" in proc.stderr
     assert f"pid {holder.pid}" in proc.stderr
-    # Only the lock and the job parameters every parse writes (attnflow.jobparams): no job's output.
+    # Only the lock and the job parameters the run wrote for its DAG (attnflow.jobparams): no job's output.
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [".attnflow.lock", "params"]

@@ -289,6 +289,30 @@ def test_a_new_batch_is_no_deleted_manifest(beta_star_run, tmp_path):
 
 
 @pytest.mark.workflow
+def test_a_cell_moved_to_a_batch_that_never_ran_is_not_missing(tiny_run, tmp_path):
+    """beta_star's beta 2.0 edited to 3.0: toy_margin's cell at beta 2.0, which a beta_star batch held,
+    gets a batch of toy_margin's own that never ran. It runs anyway: no ticket, never said missing, and
+    toy_margin's summary not said built from it (it read beta_star's store). The two beta_star batches
+    are said changed, a line each, in words."""
+    from sweep_helpers import write_config
+
+    from attnflow.config import load, validate
+    from attnflow.workflow import damage_line, outdated_summaries, unhealthy
+
+    edited = write_config(tmp_path, results=str(tiny_run[2]),
+                          **{"experiments.beta_star.grid.beta": [0.5, 3.0]})
+    sweep = validate(load(edited), reach_scheduler=False)
+    new = [b for b in sweep.batches_of("toy_margin") if not sweep.layout.manifest(b).exists()]
+    assert len(new) == 1 and not sweep.layout.store(new[0]).exists()
+    damage = unhealthy(sweep)  # reads the session's results, writes nothing
+    assert outdated_summaries(sweep) == {} and sorted(damage) == sorted(sweep.batches_of("beta_star"))
+    lines = sorted(damage_line(sweep, b, path, state) for b, found in damage.items() for path, state in found)
+    assert lines == [f"attnflow: batch {b} changed (its store holds 1 of its 2 cells, and 1 cell it no "
+                     "longer has: a grid value edited, or written for another config or input file): it "
+                     "runs, computing only the cells its store lacks" for b in sorted(damage)]
+
+
+@pytest.mark.workflow
 @pytest.mark.parametrize("damage", ["empty manifest", "manifest not a dict", "failed not a dict",
                                     "no cells recorded"])
 def test_a_batch_whose_bookkeeping_is_lost_runs_again(beta_star_run, tmp_path, damage):

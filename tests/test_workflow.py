@@ -3,6 +3,7 @@
 import itertools
 import json
 import os
+import re
 import struct
 import zipfile
 
@@ -139,28 +140,37 @@ def test_a_one_value_edit_dry_run_is_short(beta_star_run, tmp_path):
     # per batch (the cells' JSON, 2 x 1.2 KB per cell and batch, before).
     import shutil
 
-    # On a copy of the fixture's results (the dry run writes repair tickets and job parameters there,
-    # which the session's later users of the fixture must not see), times kept.
+    # On a copy of the fixture's results (the dry run writes repair tickets there, and the run after it
+    # stores cells, which the session's later users of the fixture must not see), times kept.
     workdir, results = tmp_path, tmp_path / "results"
     shutil.copytree(beta_star_run[2], results)
     # A config in a new file is another config on those results: it says so (share_results), as the user
     # who edits the one config never has to.
     more = beta_star_config(workdir, "one_more_beta.yaml", share_results=True,
                             **{"experiments.beta_star.grid.beta": [0.5, 2.0, 8.0]})
+    written = sorted((results / "params").iterdir())
     proc = dry_run(workdir, more, quiet=False)
+    # A dry run writes no job parameters (Snakemake compares the digests; only a job reads the file).
+    assert sorted((results / "params").iterdir()) == written
     assert jobs_of(proc) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
     printed = proc.stdout + proc.stderr
     # Each batch that gained a cell reruns: its params changed (a digest) and its manifest no longer
     # records all its cells (a repair ticket, which Snakemake names first); no cell's JSON is quoted.
     assert printed.count("rule simulate:") == 2 and '"beta":' not in printed, printed
+    # The start-up check says why, in words, once per batch; so does the ticket Snakemake's reason names.
+    assert proc.stderr.count("gained 1 cell (its store holds the other 2): it runs, computing only") == 2
+    assert len(re.findall(r"reason: Updated input files: \S+/cells-added-\w+\.ticket$", printed, re.M)) == 2
     # As printed for a results folder relative to the working directory, as the shipped configs give it
     # (the fixture's is absolute: a 40-character temporary directory before each of 30 paths).
     assert len(printed.replace(f"{workdir}/", "").encode()) < 5000, printed
-    # The files the new digests name (written by the dry run) hold the new cells, the third beta among them.
+    # The run that follows writes the files the new digests name, and its jobs read them: the two simulate
+    # jobs it is asked for store the new cells, the third beta among them.
     sweep = validate(load(more))
+    run(workdir, more, *(str(sweep.layout.manifest(batch)) for batch in sweep.batches))
     quoted = [json.loads(jobparams.get(Layout(results), batch_params(sweep, batch, write=False)))
               for batch in sweep.batches]
     assert len(quoted) == 2 and all(sorted(c["beta"] for c in cells) == [0.5, 2.0, 8.0] for cells in quoted)
+    assert all(len(json.loads(sweep.layout.manifest(b).read_text())["cells"]) == 3 for b in sweep.batches)
 
 
 def _copy_run(tiny_run, tmp_path):
@@ -251,8 +261,10 @@ def test_damaged_stores_heal_with_a_plain_run(tiny_run, tmp_path):
     expected = {"simulate": len(damaged), "aggregate": len(readers), "plot": len(readers), "all": 1}
     assert planned(tmp_path, config) == expected
     proc = run(tmp_path, config)
-    for manifest in damaged.values():
-        assert f"batch {manifest.stem} recomputes it" in proc.stderr
+    said = "\n".join(line for line in proc.stderr.splitlines() if line.startswith("attnflow: "))
+    for manifest in damaged.values():  # a line each, naming the store (and so its batch) once
+        assert said.count(f"{manifest.stem}.zarr.zip is ") == 1 and said.count(manifest.stem) == 1, said
+    assert said.count(": its job recomputes it") == len(damaged)
     after = snapshot(results / "simulations")
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
     # Only the damaged stores changed; every other store's bytes and mtimes are untouched.

@@ -6,9 +6,10 @@ of kilobytes (an experiment's grid points more), so a one-value edit printed
 hundreds of kilobytes. The rules pass instead the digest of that text (SHA-256),
 and the job reads the text from the file it names (``Layout.job_params``): the
 digest changes exactly when the text does, so a job reruns exactly when its
-cells change. The file is written wherever the workflow is parsed (by the
-controller, a dry run, a cluster node parsing it again for its job), once: an
-existing file of that name already holds that text.
+cells change. The file is written wherever a run builds its jobs (the
+controller, a cluster node parsing the workflow again for its job), once: an
+existing file of that name already holds that text. A dry run writes none:
+Snakemake compares the digests, and only the job reads the file.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def digest(text: str) -> str:
 
 def put(layout: Layout, text: str, write: bool = True) -> str:
     """The digest naming ``text``, whose file (``Layout.job_params``) is written now unless it exists
-    (or ``write`` is False: a dry run on another config's results writes nothing there)."""
+    (or ``write`` is False: a dry run, or a run on another config's results, writes nothing)."""
     key = digest(text)
     path = layout.job_params(key)
     if write and not path.exists():
@@ -47,8 +48,8 @@ def get(layout: Layout, key: str) -> str:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise FileNotFoundError(f"job parameters {path} are missing: they are written when the workflow is "
-                                "parsed; run `snakemake` again") from None
+        raise FileNotFoundError(f"job parameters {path} are missing: a run (not a dry run) writes them as it "
+                                "builds its jobs; run `snakemake` again") from None
     if digest(text) != key:
         raise ValueError(f"job parameters {path} do not match their digest (edited or damaged): delete the "
                          "file and run `snakemake` again, which writes it anew")

@@ -204,7 +204,7 @@ def _absent(path: Path) -> StoreState:
 
 
 def _unreadable(err: Exception) -> StoreState:
-    return StoreState("corrupt", f"not a readable zip file ({type(err).__name__}: {err})")
+    return StoreState("corrupt", f"not a readable zip file: {err or type(err).__name__}")
 
 
 def _in_the_way(path: Path) -> StoreState | None:

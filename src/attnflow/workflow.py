@@ -295,8 +295,9 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
                  checksums: bool = False) -> list[tuple[str, StoreState]]:
     """What is wrong with a finished batch (its manifest ``record``, ``{}`` when unreadable), as (path,
     state) pairs: an unreadable or old manifest, its store (``store_health``), cells of it another
-    engine computed than their cell names (stale: ``other_engines``), its failed cells. (A batch that
-    gained cells, a grid value added, is not damaged: Snakemake reruns it, its parameters changed.)
+    engine computed than their cell names (stale: ``other_engines``), its failed cells, and cells its
+    manifest lacks (``changed``: a grid value added or edited; Snakemake would rerun such a batch for
+    its parameters only where it has their record, not in another working copy of these results).
     """
     store = sweep.layout.store(batch)
     if not record:
@@ -312,12 +313,11 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
     # cells (another config or working copy on these results; a weights file edited in place, which
     # renames its cells) leaves Snakemake nothing to rerun where this check finds the cells missing.
     recorded = set(record["cells"]) | set(record["failed"])
-    absent = [cid for cid in dict.fromkeys(cell_id(c) for c in sweep.batches[batch]) if cid not in recorded]
+    ids = set(cell_id(c) for c in sweep.batches[batch])
+    absent = ids - recorded
     if absent:
-        problems.append((str(store), StoreState(
-            "changed", f"its manifest records {len(sweep.batches[batch]) - len(absent)} of the batch's "
-                       f"{len(sweep.batches[batch])} cells (written for another grid, config or input "
-                       "file)")))
+        problems.append((str(store), StoreState("changed", _changed_cells(len(absent), len(ids) - len(absent),
+                                                                          len(recorded - ids)))))
     if not (state := store_health(sweep, batch, record, checksums)).ok:
         problems.append((str(store), state))
     elif other := other_engines(sweep, batch, record):
@@ -332,6 +332,39 @@ def batch_health(sweep: Sweep, batch: str, record: dict,
             problems += [(f"{store}:{cid}", StoreState("failed", str(line)))
                          for cid, line in sorted((record.get("seed_failures") or {}).items())]
     return problems
+
+
+def _changed_cells(new: int, held: int, dropped: int) -> str:
+    """How the start-up line (``damage_line``) says what befell a batch whose manifest lacks ``new`` of its
+    cells, records ``held`` of them and ``dropped`` cells the batch no longer has."""
+    if not dropped:  # a value added to a grid axis (or a refined point)
+        return f"gained {_cells(new)} (its store holds the other {held})"
+    return (f"changed (its store holds {held} of its {new + held} cells, and {_cells(dropped)} it no longer "
+            "has: a grid value edited, or written for another config or input file)")
+
+
+def _cells(count: int) -> str:
+    return f"{count} cell" + ("" if count == 1 else "s")
+
+
+def damage_line(sweep: Sweep, batch: str, path: str, state: StoreState) -> str:
+    """The line the workflow prints at its start for one problem ``issue_repairs`` found: what was found
+    and what the run does about it (a dry run prints the same)."""
+    if state.status == "changed":
+        return f"attnflow: batch {batch} {state.detail}: it runs, computing only the cells its store lacks"
+    # A store's path names its batch: the batch is not named again.
+    if state.status == "replaced":
+        return (f"attnflow: {path} was {state.detail.split(';')[0]}: intact, its job records it again "
+                "(nothing recomputed)")
+    if state.status == "failed":
+        return f"attnflow: retrying {sweep.name_of(path.rsplit(':', 1)[1])}: {_short_error(state.detail)}"
+    return (f"attnflow: {path} is {state.status}" + (f" ({state.detail})" if state.detail else "")
+            + ": its job recomputes it")
+
+
+def _short_error(error: str) -> str:
+    """A cell's error without the ``cell(...): `` it starts with (the line names its grid point)."""
+    return error.split("): ", 1)[1] if error.startswith("cell(") and "): " in error else error
 
 
 def _numerics_version() -> int:
@@ -388,28 +421,34 @@ def orphan_health(sweep: Sweep, batch: str, checksums: bool = False,
     store = sweep.layout.store(batch)
     if not store.exists() and not store.is_symlink():
         ran = _ran_before(sweep, batch, _summarised_batches(sweep) if summarised is None else summarised)
-        return [(str(store), StoreState("missing", "and its manifest too (Snakemake deletes a failed or "
-                                                   "killed job's)"))] if ran else []
+        return [(str(store), StoreState("missing", "its manifest too"))] if ran else []
     state = verify_batch(store, checksums=checksums)
     if not state.ok:
         return [(str(store), StoreState(state.status, f"{state.detail}; its manifest is missing",
                                         state.damaged))]
     held = set(record_of(store).get("cells") or ())
-    absent = [c for c in sweep.batches[batch] if cell_id(c) not in held]
-    if absent:
-        return [(str(store), StoreState("changed", f"it holds {len(sweep.batches[batch]) - len(absent)} of "
-                                                   f"the batch's {len(sweep.batches[batch])} cells and has "
-                                                   "no manifest"))]
+    ids = set(cell_id(c) for c in sweep.batches[batch])
+    if ids - held:
+        return [(str(store), StoreState("changed", f"has no manifest, and its store holds {len(ids & held)} "
+                                                   f"of its {len(ids)} cells"))]
     return []
 
 
 def _summarised_batches(sweep: Sweep) -> set[str]:
-    """The batches of every experiment whose summary on disk was built from this config's very grid
-    (one metadata read per summary; none without summaries)."""
+    """The batches whose stores a summary on disk read, of every experiment whose summary was built from
+    this config's very grid (one metadata read per summary; none without summaries). Only those it
+    read (``stores`` in its attrs): a grid edited elsewhere can move a shared cell from another
+    experiment's batch into a new batch of this one, which never ran."""
     out: set[str] = set()
     for name, spec in sweep.specs.items():
-        if root_attrs(sweep.layout.summary(name)).get("experiment_spec") == spec.to_json():
-            out.update(sweep.batches_of(name))
+        attrs = root_attrs(sweep.layout.summary(name))
+        if attrs.get("experiment_spec") != spec.to_json():
+            continue
+        batches = sweep.batches_of(name)
+        if "stores" in attrs:  # else (none recorded): every batch of its grid, as before summaries said
+            read = {Path(p).name for p in str(attrs["stores"]).split(", ")}
+            batches = [b for b in batches if sweep.layout.store(b).name in read]
+        out.update(batches)
     return out
 
 
@@ -509,7 +548,8 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
 def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
     """Write a repair ticket for every finished batch with a damaged store; return the damage.
 
-    A ticket (``<digest>.ticket`` in ``Layout.repairs(batch)``, the damage as JSON) is an
+    A ticket (``<what>-<digest>.ticket`` in ``Layout.repairs(batch)``, the damage as JSON;
+    ``<what>`` is what the dry run's reason then shows, say ``store-missing``) is an
     input of the batch's simulate job, newer than its manifest: Snakemake reruns the
     job, which recomputes the damaged stores alone. The digest covers the damage
     and the manifest's time, so a dry run and the run after it share one ticket,
@@ -521,16 +561,34 @@ def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple
     for batch, problems in damage.items():
         manifest = sweep.layout.manifest(batch)
         seen = manifest.stat().st_mtime_ns if manifest.exists() else None
-        _write_ticket(sweep.layout.repairs(batch), {
+        _write_ticket(sweep.layout.repairs(batch), "+".join(dict.fromkeys(map(_repair_word, problems))), {
             "manifest_mtime_ns": seen,
             "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]})
     return damage
 
 
-def _write_ticket(directory: Path, record: dict) -> None:
-    """``<directory>/<digest of record>.ticket``, unless that ticket exists (a dry run wrote it)."""
+def _repair_word(problem: tuple[str, StoreState]) -> str:
+    """What a repair ticket's name says of one problem (``issue_repairs``)."""
+    state = problem[1]
+    if state.status == "changed":
+        return "cells-added" if state.detail.startswith("gained") else "cells-changed"
+    return {"failed": "failure-retried"}.get(state.status, f"store-{state.status}")
+
+
+def _summary_word(why: str) -> str:
+    """What a summary ticket's name says of why it is outdated (``outdated_summaries``)."""
+    if why.startswith("built from batch"):
+        return "manifest-missing"
+    if why.startswith("built from another grid"):
+        return "grid-changed"
+    return f"summary-{why.split()[0]}"  # missing, corrupt, stale...
+
+
+def _write_ticket(directory: Path, what: str, record: dict) -> None:
+    """``<directory>/<what>-<digest of record>.ticket``, unless that ticket exists (a dry run wrote it):
+    ``what`` (say ``store-missing``) names the ticket where Snakemake's reason for its job shows it."""
     text = json.dumps(record, indent=1, sort_keys=True)
-    ticket = directory / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"
+    ticket = directory / f"{what}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"
     if not ticket.exists():
         ticket.parent.mkdir(parents=True, exist_ok=True)
         ticket.write_text(text)
@@ -583,7 +641,7 @@ def issue_summary_tickets(sweep: Sweep, checksums: bool = False) -> dict[str, st
         # new ticket (newer than what the rebuild wrote).
         outputs = (sweep.layout.summary(name), *sweep.layout.figures(name))
         seen = {p.name: p.stat().st_mtime_ns for p in outputs if p.exists()}
-        _write_ticket(sweep.layout.summary_tickets(name),
+        _write_ticket(sweep.layout.summary_tickets(name), _summary_word(why),
                       {"experiment": name, "why": why, "mtime_ns": seen})
     return found
 
@@ -746,7 +804,7 @@ def failure_lines(sweep: Sweep, failures: tuple[dict, dict] | None = None) -> li
     for kind, found in (("failed", whole), ("failed seeds", seeds)):
         for cid, error in sorted(found.items(), key=lambda item: sweep.name_of(item[0])):
             if cid in cells:
-                short = error.split("): ", 1)[1] if error.startswith("cell(") and "): " in error else error
+                short = _short_error(error)
                 lines.append(f"{kind} {sweep.name_of(cid)}: {short}; {failure_remedy(cells[cid], short)}")
     return lines
 
@@ -761,8 +819,8 @@ def known_failures_notice(sweep: Sweep) -> str | None:
     seeds = [cid for cid in recorded_seeds if cid in ids]
     if not whole and not seeds:
         return None
-    parts = ([f"{len(whole)} cells that failed"] if whole else []) + \
-        ([f"{len(seeds)} cells with failed seeds (stored as failed)"] if seeds else [])
+    parts = ([f"{_cells(len(whole))} that failed"] if whole else []) + \
+        ([f"{_cells(len(seeds))} with failed seeds (stored as failed)"] if seeds else [])
     return (f"attnflow: skipping known failures: {' and '.join(parts)}; the same numbers fail the same way, "
             "so they are computed again only when their cell (say a larger max_steps), or the numerics "
             f"version changes; `attnflow status` names them; to force them: `snakemake --config "
@@ -830,7 +888,8 @@ __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggr
            "other_engines",
            "claim_results", "config_identity", "foreign_owner", "orphan_health", "owner_of", "store_health",
            "would_drop",
-           "batch_params", "cell_states", "entries_params", "failed_cells", "failure_lines", "failure_report",
+           "batch_params", "cell_states", "damage_line", "entries_params", "failed_cells", "failure_lines",
+           "failure_report",
            "figure_caption", "issue_repairs",
            "issue_summary_tickets", "known_failures_notice", "lock_for_child", "lock_results", "RETRY_KEY",
            "retry_requested", "seed_failed_cells",

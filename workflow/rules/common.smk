@@ -8,6 +8,7 @@ from attnflow.workflow import (
     ResultsBusy,
     batch_params,
     claim_results,
+    damage_line,
     entries_params,
     foreign_owner,
     failure_report,
@@ -70,7 +71,9 @@ wildcard_constraints:
 _HOLDER = None if workflow.remote_exec or workflow.subprocess_exec else results_holder(SWEEP.results)
 if _HOLDER:
     print(
-        f"attnflow: another controller ({_HOLDER}) runs on {SWEEP.results}: stores not checked",
+        f"attnflow: another controller ({_HOLDER}) runs on {SWEEP.results}: stores not checked while its "
+        "jobs write them (the jobs listed may lack repairs), and a run with jobs to do stops at its start "
+        "until it ends",
         file=sys.stderr,
     )
 
@@ -87,26 +90,7 @@ if _FOREIGN:
 if not workflow.remote_exec and not _HOLDER and not _FOREIGN:  # never a ticket in another config's results
     for _batch, _problems in issue_repairs(SWEEP).items():
         for _path, _state in _problems:
-            if _state.status == "changed":
-                print(f"attnflow: batch {_batch} has other cells than its store records ({_state.detail}): "
-                      "it runs", file=sys.stderr)
-                continue
-            if _state.status == "replaced":
-                print(f"attnflow: {_path} was {_state.detail.split(';')[0]}: intact, batch {_batch} records "
-                      "it again (nothing recomputed)", file=sys.stderr)
-                continue
-            if _state.status == "failed":
-                print(
-                    f"attnflow: retrying {SWEEP.name_of(_path.rsplit(':', 1)[1])} ({_state.detail})",
-                    file=sys.stderr,
-                )
-                continue
-            print(
-                f"attnflow: {_path} is {_state.status}"
-                + (f" ({_state.detail})" if _state.detail else "")
-                + f": batch {_batch} recomputes it",
-                file=sys.stderr,
-            )
+            print(damage_line(SWEEP, _batch, _path, _state), file=sys.stderr)
     # Failures the numbers decided are not retried: said once, with how to force them.
     _known = known_failures_notice(SWEEP)
     if _known:
@@ -161,9 +145,17 @@ def experiment_tickets(wildcards):
     return summary_tickets(RESULTS, wildcards.experiment)
 
 
+def write_params():
+    """Whether the job parameter files are written now (attnflow.jobparams): by a run, never by a dry run
+    (which changes nothing: Snakemake compares the digests, only a job reads the file, and the run that
+    follows, or a cluster node parsing this file again for its job, writes it), nor into another
+    config's results. Asked in the params functions, once Snakemake knows whether it is a dry run."""
+    return not _FOREIGN and not workflow.dryrun
+
+
 def batch_cells(wildcards):
     """The digest of the batch's cells, which the job reads from the file it names (attnflow.jobparams)."""
-    return batch_params(SWEEP, wildcards.batch, write=not _FOREIGN)  # nothing in another config's results
+    return batch_params(SWEEP, wildcards.batch, write=write_params())
 
 
 def experiment_manifests(wildcards):
@@ -172,11 +164,11 @@ def experiment_manifests(wildcards):
 
 def experiment_entries(wildcards):
     """The digest of (grid coordinates, store path, cell id) of every grid point: what the aggregation reads."""
-    return entries_params(SWEEP, wildcards.experiment, write=not _FOREIGN)
+    return entries_params(SWEEP, wildcards.experiment, write=write_params())
 
 
 def experiment_spec(wildcards):
-    return spec_params(SWEEP, wildcards.experiment, write=not _FOREIGN)
+    return spec_params(SWEEP, wildcards.experiment, write=write_params())
 
 
 def figure_summary(wildcards):
