@@ -250,6 +250,7 @@ def test_a_store_written_with_the_engine_in_ids_keeps_its_cells(tmp_path, monkey
     result = sweep_module.run_batch([cell], "energy-auto", layout, log=logs.append)
     assert set(result.cells) == {cell_id(cell)} == set(sweep_module.stored_cells(layout.store("energy-auto")))
     assert any("complete (stored under its id with the engine), skipped" in line for line in logs), logs
+    assert any(line.endswith(": 1 cell written (0 new)") for line in logs), logs  # one cell, not "1 cells"
     assert not any("computed in" in line for line in logs), logs
     logs.clear()
     sweep_module.run_batch([cell], "energy-auto", layout, log=logs.append)

@@ -54,6 +54,11 @@ def _id_with_engine(cell: Cell) -> str | None:
     return _hashed(cell.canonical_json() + cell.input_digest())
 
 
+def cells_phrase(count: int) -> str:
+    """"1 cell", "2 cells": how logs and messages count cells."""
+    return f"{count} cell" + ("" if count == 1 else "s")
+
+
 def _hashed(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -476,7 +481,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         groups = group_cells(unsaved)
         write(groups, pending / f"{next(reversed(unsaved))}{STORE_SUFFIX}", versions=store_versions(),
               replace=True, meta={"batch": batch, "cells": placement(groups), **_engines_of(unsaved)})
-        log(f"checkpoint: {len(unsaved)} cells kept in {pending}")
+        log(f"checkpoint: {cells_phrase(len(unsaved))} kept in {pending}")
         unsaved.clear()
 
     try:
@@ -518,7 +523,8 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
             try:
                 checkpoint()
             except Exception as err:  # noqa: BLE001  (the stop is what the job reports)
-                log(f"checkpoint on stopping failed ({err}): {len(unsaved)} cells computed again next run")
+                log(f"checkpoint on stopping failed ({err}): {cells_phrase(len(unsaved))} computed again "
+                    "next run")
         raise
     done = [cid for cid in dict.fromkeys(ids) if cid in have]
     if not done:
@@ -531,7 +537,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         placed = placement(groups)
         write(groups, path, versions=store_versions(), replace=True,
               meta={"batch": batch, "cells": placed, **_engines_of({c: have[c] for c in done})})
-        log(f"{path.name}: {len(done)} cells written ({len(set(done) - stored)} new)")
+        log(f"{path.name}: {cells_phrase(len(done))} written ({len(set(done) - stored - rekeyed)} new)")
     shutil.rmtree(pending, ignore_errors=True)
     seed_failures = {cid: str(have[cid].attrs["seed_failures"]) for cid in done
                      if have[cid].attrs.get("n_seeds_failed")}
@@ -554,7 +560,7 @@ def _engines_of(cells: dict[str, xr.Dataset]) -> dict[str, dict]:
 
 __all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "EngineConflict", "Point", "STORE_SUFFIX",
            "Sweep",
-           "batch_experiment", "cell_id", "cell_name", "config_digest", "describe_failures",
+           "batch_experiment", "cell_id", "cells_phrase", "cell_name", "config_digest", "describe_failures",
            "engine_staleness", "failure_remedy", "recorded_engine_numerics", "recorded_engines",
            "stored_engine", "stored_engine_numerics",
            "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points", "store_versions",

@@ -29,6 +29,7 @@ from .sweep import (
     Sweep,
     _id_with_engine,
     cell_id,
+    cells_phrase,
     config_digest,
     engine_staleness,
     recorded_engine_numerics,
@@ -338,13 +339,9 @@ def _changed_cells(new: int, held: int, dropped: int) -> str:
     """How the start-up line (``damage_line``) says what befell a batch whose manifest lacks ``new`` of its
     cells, records ``held`` of them and ``dropped`` cells the batch no longer has."""
     if not dropped:  # a value added to a grid axis (or a refined point)
-        return f"gained {_cells(new)} (its store holds the other {held})"
-    return (f"changed (its store holds {held} of its {new + held} cells, and {_cells(dropped)} it no longer "
-            "has: a grid value edited, or written for another config or input file)")
-
-
-def _cells(count: int) -> str:
-    return f"{count} cell" + ("" if count == 1 else "s")
+        return f"gained {cells_phrase(new)} (its store holds the other {held})"
+    return (f"changed (its store holds {held} of its {new + held} cells, and {cells_phrase(dropped)} it no "
+            "longer has: a grid value edited, or written for another config or input file)")
 
 
 def damage_line(sweep: Sweep, batch: str, path: str, state: StoreState) -> str:
@@ -819,8 +816,8 @@ def known_failures_notice(sweep: Sweep) -> str | None:
     seeds = [cid for cid in recorded_seeds if cid in ids]
     if not whole and not seeds:
         return None
-    parts = ([f"{_cells(len(whole))} that failed"] if whole else []) + \
-        ([f"{_cells(len(seeds))} with failed seeds (stored as failed)"] if seeds else [])
+    parts = ([f"{cells_phrase(len(whole))} that failed"] if whole else []) + \
+        ([f"{cells_phrase(len(seeds))} with failed seeds (stored as failed)"] if seeds else [])
     return (f"attnflow: skipping known failures: {' and '.join(parts)}; the same numbers fail the same way, "
             "so they are computed again only when their cell (say a larger max_steps), or the numerics "
             f"version changes; `attnflow status` names them; to force them: `snakemake --config "
