@@ -56,7 +56,6 @@ RUN = {
     "pip install .": "attnflow --help",
     "snakemake": "snakemake -n",
     "snakemake -n": "snakemake -n",
-    "snakemake --forcerun simulate": "snakemake -n --forcerun simulate",
     # Releases Snakemake's lock after a killed controller; with none held it is a no-op.
     "snakemake --unlock": "snakemake --unlock",
     "snakemake --config dask_scheduler=synchronous": "snakemake -n --config dask_scheduler=synchronous",
