@@ -75,6 +75,26 @@ def test_grid_axes_in_another_order_compute_nothing_again(tmp_path):
     assert_same_cells(cells_of(after), cells_of(before))
 
 
+def test_cells_whose_batch_changes_are_taken_from_the_store_that_holds_them(tmp_path):
+    """batch_over edited (the batches regrouped under new names), plus one new grid value: the jobs take
+    the cells other batches' stores hold and compute only the new value's (before, every cell anew)."""
+    fixed = {**CONFIG["experiments"]["beta_star"]["fixed"], "seeds": 1, "t_max": 0.2, "n_samples": 3}
+    first = {"results": str(tmp_path / "results"), **_with_grid(H=[2], n=[4, 6], beta=[0.5, 1.0])}
+    first["experiments"]["beta_star"]["fixed"] = fixed
+    regrouped = {"results": str(tmp_path / "results"), **_with_grid(H=[2], n=[4, 6], beta=[0.5, 1.0, 2.0])}
+    regrouped["experiments"]["beta_star"].update(fixed=fixed, batch_over=["beta", "n"])
+    before, after = validate(first), validate(regrouped)
+    assert len(before.batches) == 2 and len(after.batches) == 1
+    assert not set(before.batches) & set(after.batches)
+    for batch, cells in before.batches.items():
+        run_batch(cells, batch, before.layout, log=lambda *_: None)
+    (batch, cells), = after.batches.items()
+    log = []
+    run_batch(cells, batch, after.layout, log=log.append)
+    assert sum("computed in" in line for line in log) == 2, log  # beta = 2 at n = 4 and 6
+    assert sum(".zarr.zip), skipped" in line and "complete (in beta_star-" in line for line in log) == 4, log
+
+
 def test_a_cell_shared_by_two_experiments_is_owned_by_one_batch():
     # toy_margin's default cells are beta_star-like cells of their own; a second
     # experiment block that repeats the first's grid point shares its store.

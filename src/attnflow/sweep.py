@@ -333,12 +333,13 @@ def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
     return state, cells
 
 
-def _renamed_stores(path: Path, batch: str) -> list[Path]:
-    """Stores of this batch under another name: its experiment's, with the digest of the same grid
-    coordinates (``_batch_key``), whose label lists the axes in another order."""
-    experiment, digest = batch_experiment(batch), batch.rsplit("-", 1)[-1]
-    return [p for p in sorted(path.parent.glob(f"{experiment}-*{digest}{STORE_SUFFIX}"))
-            if p != path and p.name[: -len(STORE_SUFFIX)].rsplit("-", 1)[-1] == digest]
+def _stores_holding(path: Path, wanted: set[str]) -> list[Path]:
+    """The other batches' stores beside ``path`` whose record lists one of the ``wanted`` cell ids (one
+    small read each: the record)."""
+    from .store import record_of
+
+    return [p for p in sorted(path.parent.glob(f"*{STORE_SUFFIX}"))
+            if p != path and not wanted.isdisjoint(record_of(p).get("cells") or ())]
 
 
 def stored_engine(ds: xr.Dataset) -> str:
@@ -465,14 +466,15 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     resumed = {cid: ds for cid, ds in _pending_cells(pending).items()
                if cid not in have and not stale_engine(cid, ds)}
     have.update(resumed)
-    # A batch renamed (its grid's axes listed in another order): its cells from the store of its old name.
-    renamed: dict[str, str] = {}  # cell id -> that store
-    if not state.ok:
-        wanted_ids = set(ids)
-        for old in _renamed_stores(path, batch):
-            for cid, ds in _read_cells(old)[1].items():
+    # Cells another batch's store holds: a batch renamed (its axes listed in another order, its
+    # batch_over edited), a cell two experiments share whose owning batch moved with an edit. Taken
+    # from there, never computed again.
+    elsewhere: dict[str, str] = {}  # cell id -> that store
+    if wanted_ids := {cid for cid in ids if cid not in have}:
+        for other in _stores_holding(path, wanted_ids):
+            for cid, ds in _read_cells(other)[1].items():
                 if cid in wanted_ids and cid not in have and not stale_engine(cid, ds):
-                    have[cid], renamed[cid] = ds, old.name
+                    have[cid], elsewhere[cid] = ds, other.name
     failed = {}
     unsaved: dict = {}  # computed since the last checkpoint
     last_checkpoint = time.monotonic()
@@ -488,7 +490,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         for i, (cell, cid) in enumerate(zip(cells, ids, strict=True), 1):
             name = names.get(cid, cid)
             if cid in have:
-                where = "" if cid in stored else f" (in {renamed[cid]})" if cid in renamed else \
+                where = "" if cid in stored else f" (in {elsewhere[cid]})" if cid in elsewhere else \
                     " (stored under its id with the engine)" if cid in rekeyed else \
                     " (finished by a killed job)"
                 log(f"[{i}/{len(cells)}] {name}: complete{where}, skipped")
