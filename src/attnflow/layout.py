@@ -61,10 +61,15 @@ class Layout:
         them into its batch's store: a killed job's successor resumes from them."""
         return self.stores / ".pending" / batch
 
+    @property
+    def manifests(self) -> Path:
+        """The folder of the batches' manifests (``manifest``)."""
+        return self.results / "manifests"
+
     def manifest(self, batch: str) -> Path:
         """What a batch's simulate job finished (its store's cells, size and time) and which of its
         cells failed, with their errors: the job's output."""
-        return self.results / "manifests" / f"{batch}.json"
+        return self.manifests / f"{batch}.json"
 
     def job_params(self, digest: str) -> Path:
         """Job parameters too long for a rule's params (a batch's cells, an experiment's grid points), in a
