@@ -229,7 +229,7 @@ class Sweep:
         specs = {name: spec for name, spec in specs.items() if name not in skipped}
         batches: dict[str, list[Cell]] = {}
         owner: dict[str, str] = {}
-        place: dict[str, tuple[str, int]] = {}  # cell id -> (its batch, its index there)
+        index: dict[str, int] = {}  # cell id -> its place in its batch's list
         for name, spec in specs.items():
             keys: dict[tuple, str] = {}  # batch names by the coordinates they hold fixed (named once)
             for p in points[name]:
@@ -239,10 +239,10 @@ class Sweep:
                     if fixed not in keys:
                         keys[fixed] = _batch_key(spec, p.coords)
                     owner[cid] = batch = keys[fixed]
-                    place[cid] = (batch, len(batches.setdefault(batch, [])))
+                    index[cid] = len(batches.setdefault(batch, []))
                     batches[batch].append(p.cell)
                 else:  # a cell another experiment holds: one engine computes it
-                    batch, i = place[cid]
+                    batch, i = owner[cid], index[cid]
                     held = batches[batch][i]
                     if p.cell.engine != held.engine:
                         batches[batch][i] = _one_engine(held, batch_experiment(batch), p.cell, name)
