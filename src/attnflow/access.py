@@ -121,10 +121,13 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
 
 def _owned_by(sweep, configfile) -> str:
     """`` (the results directory belongs to config X)`` when another config ran there last, else ""."""
-    from .workflow import config_identity, owner_of
+    from .workflow import UnreadableOwner, config_identity, owner_of, same_config
 
-    owner = owner_of(sweep.results)
-    if owner and owner.get("path") != config_identity(sweep, configfile)["path"]:
+    try:
+        owner = owner_of(sweep.results)
+    except UnreadableOwner as err:
+        return f" (its owner record {err})"
+    if owner and not same_config(owner, config_identity(sweep, configfile)):
         return f" (its results directory {sweep.results} belongs to config {owner.get('config')})"
     return ""
 
