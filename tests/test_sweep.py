@@ -60,15 +60,16 @@ def _run_as_its_job(cells, batch, layout) -> None:
 
 def test_grid_axes_in_another_order_compute_nothing_again(tmp_path):
     """The same grid with its axes listed in another order (a config written by yaml.safe_dump, which sorts
-    keys) names its batches otherwise; their jobs take the cells from the stores of the old names instead
-    of computing them again (before, every cell was computed anew)."""
+    keys) names its batches as before (the axes in one order, ``sweep.canonical_grid``), so its jobs find
+    every cell in their stores (before, every cell was computed anew; then renamed batches took them from
+    the stores of the old names)."""
     first = {"results": str(tmp_path / "results"), **_with_grid(H=[2], n=[4, 6], beta=[0.5, 1.0])}
     reordered = {"results": str(tmp_path / "results"), **_with_grid(n=[4, 6], H=[2], beta=[0.5, 1.0])}
     first["experiments"]["beta_star"]["fixed"] = {**CONFIG["experiments"]["beta_star"]["fixed"], "seeds": 1,
                                                   "t_max": 0.2, "n_samples": 3}
     reordered["experiments"]["beta_star"]["fixed"] = first["experiments"]["beta_star"]["fixed"]
     before, after = validate(first), validate(reordered)
-    assert set(before.batches) != set(after.batches)  # the label follows the grid's order
+    assert set(before.batches) == set(after.batches)  # the label no longer follows the grid's order
     for batch, cells in before.batches.items():
         _run_as_its_job(cells, batch, before.layout)
     log = []

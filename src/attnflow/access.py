@@ -54,7 +54,25 @@ def load_sweep(configfile: str | Path = DEFAULT_CONFIG, results: str | Path | No
     config = load(configfile)
     if results is not None:
         config["results"] = str(results)
-    return validate(config, reach_scheduler=False, configfile=configfile)
+    sweep = validate(config, reach_scheduler=False, configfile=configfile)
+    where = _run_directory(configfile, sweep.results)
+    if where is not None:  # called from another directory than the run's: its results, read from there
+        config["results"] = str(where / sweep.results)
+        sweep = validate(config, reach_scheduler=False, configfile=configfile)
+    return sweep
+
+
+def _run_directory(configfile, results: Path) -> Path | None:
+    """Where a run of this config writes a relative results directory that is not under the working
+    directory: the nearest directory above the config file that holds a ``Snakefile`` (Snakemake runs
+    there, as the README's commands do). None: an absolute one, one under the working directory, or no
+    ``Snakefile`` above the config."""
+    if results.is_absolute() or results.exists():
+        return None
+    for directory in Path(configfile).resolve().parents:
+        if (directory / "Snakefile").is_file():
+            return None if directory == Path.cwd().resolve() else directory
+    return None
 
 
 def _check_experiment(sweep, experiment: str, configfile) -> None:
@@ -96,7 +114,7 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
     _check_experiment(sweep, experiment, configfile)
     path = sweep.layout.summary(experiment)
     if not path.exists():
-        raise NotBuiltError(f"{experiment}: no summary at {path} yet; build it with "
+        raise NotBuiltError(f"{experiment}: no summary at {path.absolute()} yet; build it with "
                             f"`{build_command(configfile, path)}` (or `snakemake --configfile {configfile}` "
                             "for every experiment)")
     from .store import load as load_store
@@ -121,10 +139,13 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
 
 def _owned_by(sweep, configfile) -> str:
     """`` (the results directory belongs to config X)`` when another config ran there last, else ""."""
-    from .workflow import config_identity, owner_of
+    from .workflow import UnreadableOwner, config_identity, owner_of, same_config
 
-    owner = owner_of(sweep.results)
-    if owner and owner.get("path") != config_identity(sweep, configfile)["path"]:
+    try:
+        owner = owner_of(sweep.results)
+    except UnreadableOwner as err:
+        return f" (its owner record {err})"
+    if owner and not same_config(owner, config_identity(sweep, configfile)):
         return f" (its results directory {sweep.results} belongs to config {owner.get('config')})"
     return ""
 

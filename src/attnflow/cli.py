@@ -204,8 +204,7 @@ def _export(args) -> int:
                 if path is not None]
     if args.csv not in (None, STDOUT):
         problems.append(output_problem(str(metadata_path(args.csv)), "--csv (its metadata file)"))
-    if args.csv == args.json is not None:
-        problems.append(f"--csv and --json name the same destination {args.csv}")
+    problems.append(_same_destination(args.csv, args.json, metadata_path, STDOUT))
     problems = [p for p in problems if p]
     if problems:
         print(f"attnflow export: {problems[0]}", file=sys.stderr)
@@ -226,6 +225,25 @@ def _export(args) -> int:
             also = f" (and its metadata, {metadata_path(path)})" if path == args.csv else ""
             print(f"{args.experiment}: {len(df)} rows -> {path}{also}", file=sys.stderr)
     return 0
+
+
+def _same_destination(csv, json_path, metadata_path, stdout) -> str | None:
+    """Two of export's outputs (the CSV, its metadata file, the JSON) written to one file (paths resolved:
+    ``F`` and ``./F`` are one file), where the last written would replace the other: refused."""
+    from pathlib import Path
+
+    named = {"--csv": csv, "--json": json_path}
+    if csv not in (None, stdout):
+        named["--csv's metadata file"] = str(metadata_path(csv))
+    seen = {}
+    for option, path in named.items():
+        if path is None:
+            continue
+        key = path if path == stdout else str(Path(path).expanduser().resolve())
+        if key in seen:
+            return f"{seen[key]} and {option} name the same destination {path}: give each its own file"
+        seen[key] = option
+    return None
 
 
 def _plan(args) -> int:

@@ -120,9 +120,13 @@ def load(path: str | Path) -> dict:
     """Read a config file strictly: duplicated keys and malformed YAML are ``ConfigError``."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the config ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[:err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line}: not UTF-8 text (byte {err.object[err.start]:#04x}); save the "
+                          "config as UTF-8") from None
     loader = _StrictLoader(text)
     loader.name = str(path)
     try:
@@ -273,12 +277,18 @@ def check_results(results) -> None:
     if "{" in results or "}" in results:
         raise ConfigError(f"results = {results!r}: braces are wildcards to Snakemake; name a directory "
                           "without { or }")
+    if any(c in results for c in "\n\r\t\0"):
+        raise ConfigError(f"results = {results!r}: holds a control character (a line break, a tab); name a "
+                          "directory on one line")
     if results.startswith("~") and os.path.expanduser(results) == results:
         raise ConfigError(f"results = {results!r}: cannot expand {results.split('/')[0]!r} (no such user "
                           "or no home directory); write the path out")
     results = os.path.expanduser(results)
     if Path(results).resolve() == Path(Path(results).resolve().anchor):
         raise ConfigError(f"results = {results!r}: the filesystem root; name a directory for the outputs")
+    if (Path(results).resolve() / "Snakefile").is_file() or (Path(results).resolve() / "pyproject.toml").is_file():
+        raise ConfigError(f"results = {results!r}: the working copy itself ({Path(results).resolve()}), whose "
+                          "files the outputs would mix with; name a directory of its own (results/<name>)")
     # The first path that exists on the way down must be a directory, or every write below fails late.
     for path in (Path(results), *Path(results).parents):
         if path.exists():
@@ -294,10 +304,15 @@ def check_scheduler(name: str, timeout: float = 2.0) -> None:
     if name in SCHEDULERS:
         return
     parts = urlsplit(name)
-    if parts.scheme != "tcp" or not parts.hostname or not parts.port:
-        raise ConfigError(f"dask_scheduler = {name!r}: expected {', '.join(SCHEDULERS)} or tcp://host:port")
     try:
-        with socket.create_connection((parts.hostname, parts.port), timeout=timeout):
+        port = parts.port
+    except ValueError:  # not a number, or outside 0-65535
+        port = None
+    if parts.scheme != "tcp" or not parts.hostname or not port:
+        raise ConfigError(f"dask_scheduler = {name!r}: expected {', '.join(SCHEDULERS)} or tcp://host:port "
+                          "(a port from 1 to 65535)")
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
             pass
     except OSError as err:
         raise ConfigError(f"dask_scheduler = {name!r}: no scheduler answers there ({err})") from None
@@ -348,19 +363,21 @@ def validate(config: dict, *, reach_scheduler: bool = True, configfile: str | Pa
     if reach_scheduler:
         check_scheduler(config.get("dask_scheduler", TOP_LEVEL["dask_scheduler"][0]))
     specs, skipped = resolve(config, experiments)
-    specs = with_refinement(specs, Layout(config["results"]).refinement)
+    refinement = Layout(config["results"]).refinement
+    unrefined, specs = specs, with_refinement(specs, refinement, experiments)
     if not specs:
         raise ConfigError("experiments: empty, nothing to run")
     points = {}
     for name, spec in specs.items():
-        experiment = experiments.get(name)
-        check_block(spec)
-        check_fixed_off_grid(spec, config["experiments"][name])
-        check_inputs(experiment, spec)
-        if name not in skipped:  # one that cannot run on this machine has no cells to check
-            points[name] = points_of(spec)
-            check_read(spec, config["experiments"][name], points[name])
-            check_needs(experiment, spec, points[name])
+        try:
+            points.update(check_experiment(experiments.get(name), spec, config["experiments"][name], skipped))
+        except ConfigError as err:
+            if spec is unrefined[name]:
+                raise
+            # The refined points' fault if the config's own grid passes: the file is named, not the config.
+            check_experiment(experiments.get(name), unrefined[name], config["experiments"][name], skipped)
+            raise ConfigError(f"{refinement}: a point attnflow refine recorded for {name} is refused now: {err}; "
+                              "delete the file to drop the refined points") from None
     if not points:
         raise ConfigError("experiments: none can run here ("
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
@@ -370,8 +387,23 @@ def validate(config: dict, *, reach_scheduler: bool = True, configfile: str | Pa
         raise ConfigError(str(err)) from None
 
 
+def check_experiment(experiment: Experiment, spec: Spec, block: dict | None, skipped) -> dict[str, list[Point]]:
+    """Every check of one experiment block; its grid points (none for one ``skipped`` on this machine)."""
+    check_block(spec)
+    check_fixed_off_grid(spec, block)
+    check_inputs(experiment, spec)
+    if spec.name in skipped:  # one that cannot run on this machine has no cells to check
+        return {}
+    points = points_of(spec)
+    check_read(spec, block, points)
+    check_needs(experiment, spec, points)
+    return {spec.name: points}
+
+
 def refined_points(path: Path) -> dict[str, list[dict]]:
-    """The points ``attnflow refine`` recorded (``Layout.refinement``): experiment -> its points."""
+    """The points ``attnflow refine`` recorded (``Layout.refinement``): experiment -> its points. A record
+    that is not one (unreadable, an experiment's entry or ``points`` of another shape, a point that is no
+    mapping) is refused, naming the file: none of its points is dropped unsaid."""
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
@@ -383,25 +415,57 @@ def refined_points(path: Path) -> dict[str, list[dict]]:
     if not isinstance(experiments, dict):
         raise ConfigError(f"{path}: not a record of attnflow refine (no 'experiments'); delete the file to "
                           "drop it")
-    return {name: [p for p in (entry or {}).get("points") or () if isinstance(p, dict)]
-            for name, entry in experiments.items()}
+    out = {}
+    for name, entry in experiments.items():
+        points = entry.get("points", []) if isinstance(entry, dict) else entry
+        bad = (f"{name}.points = {json.dumps(points)[:80]}: not a list of points" if not isinstance(points, list)
+               else next((f"{name}.points[{i}] = {json.dumps(p)[:80]}: not a point (axis -> value)"
+                          for i, p in enumerate(points) if not isinstance(p, dict)), None))
+        if bad:
+            raise ConfigError(f"{path}: experiments.{bad}; restore the file, or delete it to drop every "
+                              "refined point")
+        out[name] = points
+    return out
 
 
-def with_refinement(specs: dict[str, Spec], path: Path) -> dict[str, Spec]:
+def _on_grid(spec: Spec, point: dict, along: str | None) -> bool:
+    """Whether a refined point still refines this grid: every axis but the one it was refined along at a
+    grid value, and that one inside the grid's range (a refinement splits brackets between grid values)."""
+    for axis, values in spec.grid.items():
+        if axis == along:
+            numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            value = point[axis]
+            if numbers and not (isinstance(value, (int, float)) and min(numbers) <= value <= max(numbers)):
+                return False
+        elif _canonical(point[axis]) not in {_canonical(v) for v in values}:
+            return False
+    return True
+
+
+def with_refinement(specs: dict[str, Spec], path: Path, experiments=None) -> dict[str, Spec]:
     """The specs with the refined points recorded at ``path`` added to their extra points: a refined
-    grid stays refined for every later run. A point that no longer gives exactly its grid's axes (the
-    grid was edited since) is left out, with a warning naming the file."""
+    grid stays refined for every later run. A point that no longer refines its grid (the grid was edited
+    since: it does not give exactly the grid's axes, or one of its values left the grid, say ``n = 4``
+    removed) is left out, with a warning naming the file and the points; putting the values back brings
+    it back. ``experiments``: the registry, which names each experiment's ``refine_axis``."""
     refined = refined_points(path)
     out = dict(specs)
     for name, points in refined.items():
         if name not in specs or not points:
             continue
         spec = specs[name]
+        along = experiments.get(name).refine_axis if experiments is not None and name in experiments else None
         fitting = [p for p in points if set(p) == set(spec.grid)]
         if len(fitting) < len(points):
             warnings.warn(f"{path}: {len(points) - len(fitting)} refined points of {name} do not give its "
                           f"grid's axes ({', '.join(spec.grid) or 'none'}) any more: left out (delete the "
                           "file, or run attnflow refine again)", stacklevel=3)
+        off = [p for p in fitting if not _on_grid(spec, p, along)]
+        if off:
+            warnings.warn(f"{path}: {len(off)} refined points of {name} lie off its grid as edited (the first: "
+                          f"{json.dumps(off[0])}): left out of the grid; put the grid's values "
+                          "back to bring them back, or delete the file to drop every refined point", stacklevel=3)
+            fitting = [p for p in fitting if _on_grid(spec, p, along)]
         if fitting:
             out[name] = dataclasses.replace(spec, extra_points=(*spec.extra_points, *map(dict, fitting)))
     return out

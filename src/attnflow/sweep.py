@@ -159,11 +159,22 @@ def resolve(config: dict, experiments) -> tuple[dict[str, Spec], dict[str, str]]
     specs, skipped = {}, {}
     for name, block in (config.get("experiments") or {}).items():
         experiment = experiments.get(name)
-        specs[name] = spec = experiment.spec(block, config.get("defaults"))
+        spec = experiment.spec(block, config.get("defaults"))
+        specs[name] = spec = dataclasses.replace(spec, grid=canonical_grid(spec.grid, experiment))
         reason = experiment.unavailable(spec)
         if reason:
             skipped[name] = reason
     return specs, skipped
+
+
+def canonical_grid(grid: dict, experiment) -> dict:
+    """A grid's axes in one order whatever the config's: those the experiment's default grid does not
+    name first (by name), then the default grid's in its order (the shipped configs' order). The order
+    of the grid points, so of a batch's cells and the batch's name, never depends on how a config lists
+    its keys (a YAML formatter sorting them replans nothing)."""
+    known = list(experiment.defaults.get("grid", {}))
+    order = sorted(a for a in grid if a not in known) + [a for a in known if a in grid]
+    return {axis: grid[axis] for axis in order}
 
 
 def point(spec: Spec, coords: dict) -> Point:
@@ -225,12 +236,13 @@ class Sweep:
                skipped: dict[str, str]) -> Sweep:
         """The sweep of checked specs: the ``skipped`` experiments left out, the others' grid points
         (``points``: name -> its points) grouped into batches, each cell owned by the first batch that
-        needs it."""
+        needs it, the experiments taken by name: which batch owns a shared cell never depends on the order
+        of the config's keys (sorting them, a YAML formatter's work, moves no cell)."""
         specs = {name: spec for name, spec in specs.items() if name not in skipped}
         batches: dict[str, list[Cell]] = {}
         owner: dict[str, str] = {}
         index: dict[str, int] = {}  # cell id -> its place in its batch's list
-        for name, spec in specs.items():
+        for name, spec in sorted(specs.items()):
             keys: dict[tuple, str] = {}  # batch names by the coordinates they hold fixed (named once)
             for p in points[name]:
                 cid = cell_id(p.cell)
@@ -573,5 +585,5 @@ __all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "EngineConflict",
            "batch_experiment", "cell_id", "cells_phrase", "cell_name", "config_digest", "describe_failures",
            "engine_staleness", "failure_remedy", "recorded_engine_numerics", "recorded_engines",
            "stored_engine", "stored_engine_numerics",
-           "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points", "store_versions",
+           "canonical_grid", "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points", "store_versions",
            "stored_cells", "summary_versions", "verify_batch"]

@@ -123,6 +123,10 @@ def hold_results():
         lock_results(SWEEP.results)
     except ResultsBusy as err:
         raise WorkflowError(f"attnflow: {err}") from None
+    # Asked again under the lock: another config's controller may have claimed the directory since parse time.
+    foreign = foreign_owner(SWEEP, CONFIGFILE)
+    if foreign:
+        raise WorkflowError(f"attnflow: {foreign}")
     claim_results(SWEEP, CONFIGFILE)  # this config owns the results directory from now on
 
 
