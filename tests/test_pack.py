@@ -8,7 +8,7 @@ import pytest
 import xarray as xr
 
 from attnflow.config import load, validate
-from attnflow.pack import CELL, cell_values, group_attrs, group_cells, placement, select, split
+from attnflow.pack import CELL, as_cells, cell_values, group_attrs, group_cells, placement, select, split
 from attnflow.store import open_members, read_members, record_of, write
 from attnflow.sweep import cell_id
 
@@ -28,12 +28,15 @@ def _cell(n: int, beta: float, seed: int) -> xr.Dataset:
 def test_cells_of_one_shape_share_a_group_and_come_back_exactly(tmp_path):
     cells = {"a": _cell(3, 0.5, 0), "b": _cell(4, 0.5, 1), "c": _cell(3, 2.0, 2)}
     groups = group_cells(cells)
-    assert {name: ds[CELL].values.tolist() for name, ds in groups.items()} == {"g0": ["a", "c"], "g1": ["b"]}
-    assert groups["g0"].attrs["solver"] == "dopri"  # shared attributes once, per group
-    assert cell_values(groups["g0"], "cell_beta").values.tolist() == [0.5, 2.0]
+    # Groups named by what tells them apart; the grid values coordinates along cell.
+    assert {name: ds[CELL].values.tolist() for name, ds in groups.items()} == {"n=3": ["a", "c"],
+                                                                               "n=4": ["b"]}
+    assert groups["n=3"].attrs["solver"] == "dopri"  # shared attributes once, per group
+    assert groups["n=3"].beta.values.tolist() == [0.5, 2.0] and "cell_beta" not in groups["n=3"].attrs
+    assert cell_values(groups["n=3"], "cell_beta").values.tolist() == [0.5, 2.0]
     # Variable attributes the group's cells share stay on the group's variable; one that differs is each
     # cell's value joined there (and each cell's own comes back with it, below).
-    assert groups["g0"].energy.attrs == {"units": "1", "long_name": "energy",
+    assert groups["n=3"].energy.attrs == {"units": "1", "long_name": "energy",
                                          "description": "energy at beta = 0.5 | energy at beta = 2.0"}
     write(groups, tmp_path / "batch.zarr.zip")
     members = read_members(tmp_path / "batch.zarr.zip")
@@ -58,7 +61,7 @@ def test_group_attrs_gives_each_cell_its_own_attributes(tmp_path):
 
 
 def test_select_keeps_each_cells_attributes():
-    group = group_cells({"a": _cell(3, 0.5, 0), "c": _cell(3, 2.0, 2)})["g0"]
+    group = group_cells({"a": _cell(3, 0.5, 0), "c": _cell(3, 2.0, 2)})[""]  # one group: the root
     picked = select(group, ["c", "a", "c"])
     assert picked[CELL].values.tolist() == ["c", "a", "c"]
     assert cell_values(picked, "cell_beta").values.tolist() == [2.0, 0.5, 2.0]
@@ -79,7 +82,7 @@ def _groups(results):
                 if var.dtype.kind == "f":
                     var.values = var.values * rng.uniform(0.5, 1.5, var.shape)
             twin.attrs["cell_beta"] = 2.0 * first.attrs["cell_beta"]
-            yield group_cells({**cells, "twin": twin})["g0"]
+            yield as_cells(group_cells({**cells, "twin": twin})[""])  # as the aggregation reads it
 
 
 def test_every_experiment_reduces_all_cells_at_once_as_each_alone(tiny_run):

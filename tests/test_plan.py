@@ -37,28 +37,21 @@ def test_a_finished_run_has_nothing_left(tiny_run):
         assert result.rows[name]["cells"] == len({cell_id(p.cell) for p in sweep.points[name]})
 
 
-def test_the_estimate_is_within_2x_of_the_measured_run(tiny_run, tmp_path):
-    """The plan of the same config from scratch against the benchmarks of the tiny run.
-
-    The comparison is on the *expected* time (the cost model without its SAFETY factor
-    and start-up allowance, which the SLURM requests carry by design). Whether the run
-    had to compile the engine depends on numba's cache when it ran, so the measured
-    time must lie within 2x of the estimate without compilation and of the estimate
-    with it.
-    """
+def test_the_plan_from_scratch_has_a_job_per_batch_the_run_ran(tiny_run, tmp_path):
+    """The plan of the same config from scratch against what the tiny run did: one job per batch whose
+    benchmark Snakemake wrote, each costed, compilation once on top. How close the estimate comes to the
+    measured seconds is a timing, which a busy machine moves: benchmarks/bench_plan.py measures it."""
     _, config, results = tiny_run
     measured = _measured_simulate_seconds(results)
     sweep = load_sweep(config, results=tmp_path / "fresh")
-    assert set(measured) == set(sweep.batches)
+    assert set(measured) == set(sweep.batches) == set(jobs(sweep))
     warm = plan(sweep, cores=2, threads=1, compile=False)  # as tiny_run ran (tests/conftest.py)
     cold = plan(sweep, cores=2, threads=1, compile=True)
     low, high = warm.rows["total"]["simulate_seconds"], cold.rows["total"]["simulate_seconds"]
     assert high == pytest.approx(low + COMPILE_SECONDS)
-    total = sum(measured.values())
-    assert low / 2 <= total <= 2 * high, (total, low, high)
-    for name, job in jobs(sweep).items():
-        expected = job.expected_seconds
-        assert expected / 2 <= measured[name] <= 2 * (expected + COMPILE_SECONDS), (name, measured[name])
+    expected = {name: job.expected_seconds for name, job in jobs(sweep).items()}
+    assert all(seconds > 0 for seconds in expected.values()), expected
+    assert warm.rows["total"]["jobs"] == warm.rows["total"]["jobs_to_run"] == len(sweep.batches)
 
 
 def test_requests_are_the_slurm_cost_model(tiny_run, tmp_path):

@@ -55,6 +55,25 @@ def table(summary: xr.Dataset, lines: list[str], columns: Columns) -> pd.DataFra
         described[name] = (doc, units[0] if units else array.attrs.get("units", "1"))
     df.attrs["columns"] = {name: described[name][0] for name in df.columns}
     df.attrs["units"] = {name: described[name][1] for name in df.columns}
+    return counts_as_integers(df)
+
+
+# Columns that count seeds or grid points: integers (nullable: empty where the line has no cells), typed
+# so in the CSVW metadata. By name: the helpers here make them, and experiments' tables reuse the names.
+COUNT_COLUMNS = ("seeds", "seeds_used", "seeds_failed", "points")
+COUNT_SUFFIXES = ("_seeds", "_below_grid", "_above_grid")
+
+
+def is_count(name: str) -> bool:
+    return name in COUNT_COLUMNS or name.endswith(COUNT_SUFFIXES)
+
+
+def counts_as_integers(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its count columns (``is_count``) as nullable integers; an experiment's own table calls
+    it too."""
+    for name in df.columns:
+        if is_count(name) and df[name].dtype.kind in "fiub":
+            df[name] = df[name].astype("Int64")
     return df
 
 
@@ -337,6 +356,8 @@ def metadata_path(csv_path) -> Path:
 
 
 def _plain(value):
+    if value is pd.NA:
+        return None
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -369,14 +390,28 @@ def _open(path):
 DATATYPES = {"i": "integer", "u": "integer", "f": "double", "b": "boolean"}  # numpy kind -> CSVW (XSD)
 
 
+def _xsd_double(value: float) -> str:
+    """A float as CSV text: 10 significant digits, INF and -INF, empty for NaN (not measured)."""
+    if math.isnan(value):
+        return ""
+    if math.isinf(value):
+        return "INF" if value > 0 else "-INF"
+    return f"{value:.10g}"
+
+
 def write_csv(df: pd.DataFrame, path) -> None:
-    """The table as CSV (empty field: not measured on this grid; ``inf``: unbounded), and beside a file
+    """The table as CSV (empty field: not measured on this grid; ``INF``: unbounded), and beside a file
     its CSVW metadata (``metadata_path``): every column's description, units and datatype, the table's
     experiment, theorem and provenance. To stdout (``-``) the CSV alone."""
     import sys
 
     stream = _open(path)
-    df.to_csv(stream or sys.stdout, index=False, float_format="%.10g")
+    # Infinities as XSD spells them (INF, -INF: the lexical forms of a CSVW double), not Python's "inf".
+    out = df.copy()
+    for name in out.columns:
+        if out[name].dtype.kind == "f":
+            out[name] = [_xsd_double(v) for v in out[name]]
+    out.to_csv(stream or sys.stdout, index=False)
     if stream is None:
         return
     stream.close()
@@ -417,7 +452,8 @@ def write_json(df: pd.DataFrame, path) -> None:
         stream.close()
 
 
-__all__ = ["crossings", "crossings_beyond", "equiangular_starts", "export", "first_crossing", "metadata_path",
+__all__ = ["COUNT_COLUMNS", "counts_as_integers", "crossings", "crossings_beyond", "is_count",
+           "equiangular_starts", "export", "first_crossing", "metadata_path",
            "output_problem", "ratio_crossings", "requested_seeds", "seed_brackets", "seed_count",
            "slope_interval", "table", "threshold_columns", "threshold_interval", "time_units", "write_csv",
            "write_json"]

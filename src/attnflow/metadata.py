@@ -1,12 +1,12 @@
 """Units, names and descriptions of the variables and coordinates attnflow writes, in CF style.
 
-Every variable and coordinate of a store or summary carries ``units``,
-``long_name`` and ``description``. Units follow the CF conventions: ``"1"`` for
+Every variable and coordinate of a store or summary carries ``units`` (but
+labels and flags), ``long_name`` and ``description``. Units follow the CF conventions: ``"1"`` for
 a dimensionless quantity, which is every quantity of the model (docs/model.md,
 "Units and metadata"), time included: the flow ``dx_i/dt = P_{x_i}(v_i)`` fixes no
 time scale, so its time is a pure number, named ``FLOW_TIME`` wherever a
-variable is a time or a rate (``attnflow.units``). A count, a fraction, a 0/1 flag and a label are
-``"1"`` too.
+variable is a time or a rate (``attnflow.units``). A count, a fraction and a 0/1 number are ``"1"``
+too; a label (strings) and a flag (booleans) carry no ``units``, as CF leaves them out.
 
 Stores get their variables' attributes from ``attnflow.observables`` and
 ``attnflow.simulation``, their coordinates' from here (``COORDINATES``, and the
@@ -381,19 +381,37 @@ def coordinate(name: str) -> Meta | None:
     return Meta(units, CELL_LONG_NAMES.get(name, doc.split(" (")[0]), doc)
 
 
+def unitless(var) -> bool:
+    """Whether a variable is a label (strings) or a flag (booleans), to which CF gives no ``units``."""
+    return var.dtype.kind in "USObV" or var.dtype == bool
+
+
+def cf_attrs(meta: Meta, var) -> dict[str, str]:
+    """``meta``'s attributes for ``var``: without ``units`` on a label or a flag (``unitless``)."""
+    attrs = meta.attrs()
+    if unitless(var):
+        del attrs["units"]
+    return attrs
+
+
 def with_coordinates(ds: xr.Dataset) -> xr.Dataset:
     """``ds`` with every coordinate this module knows described (others left as they are)."""
     for name in ds.coords:
         meta = coordinate(str(name))
         if meta is not None:
-            ds[name].attrs = {**ds[name].attrs, **meta.attrs()}
+            attrs = {**ds[name].attrs, **cf_attrs(meta, ds[name])}
+            if unitless(ds[name]):
+                attrs.pop("units", None)
+            ds[name].attrs = attrs
     return ds
 
 
 def undescribed(ds: xr.Dataset) -> list[str]:
-    """The variables and coordinates of ``ds`` that lack one of units, long_name and description."""
+    """The variables and coordinates of ``ds`` that lack one of units (but labels and flags, which CF
+    leaves without), long_name and description."""
     return [str(name) for name, var in ds.variables.items()
-            if not all(key in var.attrs for key in ("units", "long_name", "description"))]
+            if not all(key in var.attrs for key in ("long_name", "description"))
+            or ("units" not in var.attrs) != unitless(var)]
 
 
 def describe_summary(summary: xr.Dataset, experiment: str, extras: Mapping | None = None) -> xr.Dataset:
@@ -404,7 +422,7 @@ def describe_summary(summary: xr.Dataset, experiment: str, extras: Mapping | Non
     for name in summary.variables:
         meta = declared.get(str(name)) or coordinate(str(name))
         if meta is not None:
-            summary[name].attrs = meta.attrs()  # replaces what a reduction carried over from the stores
+            summary[name].attrs = cf_attrs(meta, summary[name])  # replaces what a reduction carried over
     missing = undescribed(summary)
     if missing:
         raise MissingMetadata(f"{experiment}: summary variables without units, long_name and description: "
@@ -419,6 +437,18 @@ def summary_attrs(experiment: str, history: str) -> dict[str, str]:
             "history": history}
 
 
+def store_attrs(batch: str, cells: int) -> dict[str, str]:
+    """The global attributes of a batch's simulation store: title, Conventions, history. The history
+    names no time: a store's bytes are its numbers' alone (the same cells give the same file)."""
+    from . import __version__
+    from .numerics import NUMERICS_VERSION
+
+    return {"title": f"attnflow simulations of batch {batch}", "Conventions": CONVENTIONS,
+            "history": f"attnflow {__version__}: {cells} cells of batch {batch} simulated (numerics version "
+                       f"{NUMERICS_VERSION}), one group per shape, each cell's grid values coordinates "
+                       "along cell"}
+
+
 __all__ = ["CELL_LONG_NAMES", "CONVENTIONS", "COORDINATES", "FLOW_TIME", "SUMMARIES", "TIME_UNITS", "Meta",
-           "MissingMetadata", "coordinate", "describe_summary", "summary_attrs", "undescribed",
-           "with_coordinates"]
+           "MissingMetadata", "cf_attrs", "coordinate", "describe_summary", "store_attrs", "summary_attrs",
+           "undescribed", "unitless", "with_coordinates"]

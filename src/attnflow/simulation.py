@@ -179,12 +179,12 @@ def simulate(
         "description": f"first time {criterion} holds, in {FLOW_TIME}, located by bisection on the "
                        "integrator's dense output; NaN when censored",
     })
-    data_vars["censored"] = ("seed", np.isnan(result.t_cluster) & ~failed, {
-        "units": "1", "long_name": "not clustered by t_max",
+    data_vars["censored"] = ("seed", np.isnan(result.t_cluster) & ~failed, {  # a flag: CF gives it no units
+        "long_name": "not clustered by t_max",
         "description": f"{criterion} never held up to t_max (False for a failed seed)",
     })
     data_vars["failed"] = ("seed", failed, {
-        "units": "1", "long_name": "run failed",
+        "long_name": "run failed",
         "description": "the seed's run failed (see failure, t_failed): its samples from t_failed on are NaN "
                        "and the reductions leave the seed out"})
     data_vars["failure"] = ("seed", failure.astype(np.int8), {
@@ -199,8 +199,13 @@ def simulate(
             "units": TIME_UNITS, "long_name": "stopping time",
             "description": f"where the run stopped (t_cluster, or t_max if censored), in {FLOW_TIME}; "
                            "samples after it are NaN (cluster counts -1)"})
-    data_vars["norm_drift"] = ("seed", result.norm_drift, {
-        "units": "1", "long_name": "norm drift", "description": "max_t,i | ||x_i|| - 1 | over the samples",
+    # On the sphere | ||x_i|| - 1 | is the integrator's drift off it (round-off); in flat geometry the flow
+    # moves the norms itself, so the same number is dynamics, under a name of its own.
+    data_vars["norm_drift" if cell.spherical else "norm_change"] = ("seed", result.norm_drift, {
+        "units": "1", "long_name": "norm drift" if cell.spherical else "largest change of a token's norm",
+        "description": "max_t,i | ||x_i|| - 1 | over the samples" + (
+            ": the integrator's drift off the sphere" if cell.spherical else
+            ": in flat geometry the flow itself moves the norms from 1 (no drift)"),
     })
     data_vars.update(certificate_per_seed)
     data_vars["n_steps"] = ("seed", result.n_steps, {"units": "1", "long_name": "accepted steps",

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from .cell import Cell
 from .experiments import Spec
 from .layout import STORE_SUFFIX, Layout, results_of
+from .pack import LAYOUT
 from .store import StoreState, write
 from .store import verify as verify_store
 
@@ -65,10 +66,12 @@ def _hashed(text: str) -> str:
 
 def store_versions() -> dict:
     """What a simulation store's completion record must hold to be current: the numerics version
-    (``attnflow.engine.NUMERICS_VERSION``). A store written under another is ``stale``."""
+    (``attnflow.engine.NUMERICS_VERSION``) and the stored layout (``attnflow.pack.LAYOUT``). A store
+    written under another is ``stale``: another numerics' cells are computed again, another layout's
+    are read and written again in this one (``run_batch``), nothing computed."""
     from .numerics import NUMERICS_VERSION
 
-    return {"numerics_version": NUMERICS_VERSION}
+    return {"numerics_version": NUMERICS_VERSION, "store_layout": LAYOUT}
 
 
 def summary_versions(experiment) -> dict:
@@ -335,7 +338,10 @@ def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
     from .store import open_members, read
 
     state, record, members = read(path, expect=store_versions())
-    if state.status not in ("done", "corrupt") or "" in state.damaged:  # "": the root's metadata
+    if state.status == "stale" and _layout_only(record):
+        # Stale in its layout alone: the same numbers, read (pack reads either layout) and written again.
+        state = StoreState("stale", state.detail + "; its cells are read and written again in this layout")
+    elif state.status not in ("done", "corrupt") or "" in state.damaged:  # "": the root's metadata
         return state, {}
     cells = {}
     for group in record.get("groups", []):
@@ -343,6 +349,11 @@ def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
             with open_members(members, group, chunks=None) as ds:
                 cells.update(split(ds.load()))
     return state, cells
+
+
+def _layout_only(record: dict) -> bool:
+    """Whether a store's record differs from the current versions in its layout alone."""
+    return all(record.get(key) == want for key, want in store_versions().items() if key != "store_layout")
 
 
 def _stores_holding(layout: Layout, path: Path, wanted: set[str]) -> list[Path]:
@@ -445,6 +456,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
 
     from .engine import compilations
     from .engines import engine_for
+    from .metadata import store_attrs
     from .pack import group_cells, placement
     from .simulation import SimulationError, describe, simulate  # the engine loads only where it runs
     from .store import record_of
@@ -465,7 +477,8 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
             rekeyed.add(cid)
     if state.status in ("corrupt", "stale"):
         log(f"{path.name}: {state.status} ({state.detail}); its "
-            + ("intact cells are kept" if state.status == "corrupt" else "cells are computed again"))
+            + ("intact cells are kept" if state.status == "corrupt" else
+               "cells are kept" if have else "cells are computed again"))
     if retry_failed:
         again = [cid for cid, ds in have.items() if ds.attrs.get("n_seeds_failed")]
         for cid in again:
@@ -555,7 +568,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     elif state.ok and stored == set(done):
         placed = record_of(path)["cells"]  # nothing new: the store stays as it is
     else:
-        groups = group_cells({cid: have[cid] for cid in done})
+        groups = group_cells({cid: have[cid] for cid in done}, store_attrs(batch, len(done)))
         placed = placement(groups)
         write(groups, path, versions=store_versions(), replace=True,
               meta={"batch": batch, "cells": placed, **_engines_of({c: have[c] for c in done})})

@@ -246,11 +246,14 @@ class ClusteringTime(Experiment):
             "bound": "the bound's exponent in n (O(n), O(n log d)) or relu's log d slope n / (4 beta sum "
                      "lambda^2)",
         }
-        # An exponent in n is a number; a slope in log d is a time per unit of log d.
-        per_row = f"1 for the log T ~ p log n fits, {time_units(summary)} for the T ~ s log d fits"
+        # An exponent in n is a number; a slope in log d is a time per unit of log d. The model's time is a
+        # number too (attnflow.units), so one column holds both, in units "1".
+        if time_units(summary) != "1":
+            raise ValueError(f"clustering_time export: time in {time_units(summary)!r}, not a number: an "
+                             "exponent and a slope would share a column in two units")
         df.attrs["units"] = {"fit": None, "attention": None, "cluster_threshold": "1", "d": "1", "n": "1",
-                             "points": "1", "seeds": "1", **dict.fromkeys(
-                                 ("measured", "low", "high", "closed_form", "bound"), per_row)}
+                             "points": "1", "seeds": "1",
+                             **dict.fromkeys(("measured", "low", "high", "closed_form", "bound"), "1")}
         return df
 
     def plot(self, summary, spec, part=""):
