@@ -25,6 +25,34 @@ def before_cluster(ds: xr.Dataset) -> xr.DataArray:
     return ds.time <= horizon
 
 
+def first_failure(values: np.ndarray, xs: np.ndarray, floor: float):
+    """One seed's line (``values``: 1 fails, 0 holds, NaN not computed, along sorted ``xs``) ->
+    ``(low, high, below, above)``: the bracket of its first failure and its censoring.
+
+    A seed failing at the grid's first value is censored below the grid, bracket ``(floor, xs[0])``; one
+    holding at every value through the grid's last is censored above, ``(xs[-1], inf)``; otherwise the
+    bracket is (last computed value before the first failure, that failure), which may span values not
+    computed. A seed whose first computed failure comes after values not computed at the grid's start,
+    with no pass before it, or that never fails but was not computed at the grid's last value, has its
+    threshold beyond a grid end only possibly: it is undetermined, NaN bracket and neither flag, and in
+    no count (a seed that failed at the smallest beta is not "below the grid" on the strength of the next
+    value, issue 52). A seed with nothing computed is undetermined too.
+    """
+    known = np.isfinite(values)
+    if not known.any():
+        return np.nan, np.nan, False, False
+    failing = np.flatnonzero(values == 1)
+    if not failing.size:
+        return (xs[-1], np.inf, False, True) if known[-1] else (np.nan, np.nan, False, False)
+    first = failing[0]
+    if first == 0:
+        return floor, xs[0], True, False
+    passed = np.flatnonzero(known[:first])
+    if not passed.size:
+        return np.nan, np.nan, False, False
+    return xs[passed[-1]], xs[first], False, False
+
+
 def wilson_interval(successes, trials, z: float = 1.96):
     """Wilson score interval of a binomial proportion (95% by default): (low, high)."""
     successes = np.asarray(successes, dtype=float)

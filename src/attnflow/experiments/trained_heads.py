@@ -82,6 +82,11 @@ class TrainedHeads(Experiment):
             return str(err)
         return None
 
+    # 2: a seed whose run failed at the smallest (largest) beta is no longer counted below (above) the
+    #    grid on the strength of the next beta: undetermined, in beta_mono_undetermined (issue 52); the
+    #    below/above fractions are over the seeds placed, a seed without any run no longer among them.
+    reduction_version = 2
+
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         keep = before_cluster(ds)
         monotone = all_heads_monotone(ds)
@@ -98,10 +103,13 @@ class TrainedHeads(Experiment):
         out = summary.sortby("beta")
         out["frac_mono_path"] = out.mono_path.mean("seed")
         out["frac_time_rd"] = out.time_rd.mean("seed")
-        per_seed, below, above = grid_threshold((1 - out.mono_path).where(out.mono_path.notnull()), out.beta)
+        known = (1 - out.mono_path).where(out.mono_path.notnull())
+        per_seed, below, above, undetermined = grid_threshold(known, out.beta)
+        counted = known.notnull().any("beta") & ~undetermined  # as beta_star: placed seeds only
         out["beta_mono_mean"] = per_seed.mean("seed")
-        out["beta_mono_below_grid"] = below.mean("seed")
-        out["beta_mono_above_grid"] = above.mean("seed")
+        out["beta_mono_below_grid"] = below.where(counted).mean("seed")
+        out["beta_mono_above_grid"] = above.where(counted).mean("seed")
+        out["beta_mono_undetermined"] = (undetermined & known.notnull().any("beta")).sum("seed")
         weights, n_heads = spec.fixed["weights"], int(spec.fixed.get("model_heads", 0))
         layers = [int(v) for v in out.layer.values]
         angles = np.stack([trained.principal_angles(weights, L, n_heads).ravel() for L in layers])
