@@ -7,7 +7,7 @@ import xarray as xr
 
 from .. import theory
 from . import Axis, Experiment
-from ._common import all_heads_monotone, before_cluster, first_failure, t_interval
+from ._common import all_heads_monotone, before_cluster, first_failure, monotone_judged, t_interval
 
 
 def _bracket(fails: np.ndarray, beta: np.ndarray):
@@ -83,7 +83,7 @@ class BetaStar(Experiment):
         Axis("beta", min_values=2, why="a map over n and beta"),
         Axis("H"), Axis("attention"), Axis("heads"),
     )
-    observables = ("energy", "radial")
+    observables = ("energy", "energy_path", "radial")
     defaults = {
         # Monotonicity is measured up to the clustering time: each run stops there.
         "fixed": {"rtol": 1e-09, "atol": 1e-12,
@@ -122,7 +122,9 @@ class BetaStar(Experiment):
     # 4: a seed whose run failed at the smallest (largest) beta is no longer counted below (above) the
     #    grid on the strength of the next beta: it is undetermined (beta_*_undetermined counts them) and the
     #    below/above fractions are over the seeds placed (issue 52).
-    reduction_version = 4
+    # 5: every head monotone is judged at every accepted integration step, not only at the samples
+    #    (the energy_path group; attrs monotone_judged): a dip between samples fails it (issue 52).
+    reduction_version = 5
 
     def refine_field(self, summary):
         return summary.frac_mono_path, 0.5
@@ -164,6 +166,7 @@ class BetaStar(Experiment):
         out["beta_star_closed"] = xr.apply_ufunc(theory.beta_star, out.H, out.n, lam)
         out["beta_orthogonal"] = xr.apply_ufunc(np.vectorize(orthogonal_threshold), out.H, out.n, lam)
         out.attrs["alpha"] = lam
+        out.attrs["monotone_judged"] = monotone_judged(spec)
         return out
 
     def export_table(self, summary):

@@ -8,7 +8,7 @@ import numpy as np
 import xarray as xr
 
 from . import Axis, Experiment
-from ._common import all_heads_monotone, before_cluster
+from ._common import all_heads_monotone, before_cluster, monotone_judged
 from .beta_star import grid_threshold
 
 
@@ -40,7 +40,7 @@ class TrainedHeads(Experiment):
         Axis("beta", min_values=2, why="a map over layer and beta"),
         Axis("heads", required=("trained", "trained_orthogonal"), why="real heads against the idealisation"),
     )
-    observables = ("energy", "radial")
+    observables = ("energy", "energy_path", "radial")
     defaults = {
         "fixed": {"rtol": 1e-07, "atol": 1e-10,
                   "weights": "minilm", "H": 12, "d": 384, "n": 8, "init": "embedding", "values": "aligned",
@@ -85,7 +85,8 @@ class TrainedHeads(Experiment):
     # 2: a seed whose run failed at the smallest (largest) beta is no longer counted below (above) the
     #    grid on the strength of the next beta: undetermined, in beta_mono_undetermined (issue 52); the
     #    below/above fractions are over the seeds placed, a seed without any run no longer among them.
-    reduction_version = 2
+    # 3: every head monotone judged at every accepted integration step (energy_path), not the samples only.
+    reduction_version = 3
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         keep = before_cluster(ds)
@@ -117,6 +118,7 @@ class TrainedHeads(Experiment):
         out["principal_angle"] = (("layer", "angle"), angles, {"units": "degree"})
         out["cross_norm"] = (("layer", "pair"), cross)
         out.attrs["weights_sha256"] = trained.digest(weights)
+        out.attrs["monotone_judged"] = monotone_judged(spec)
         return out
 
     def export_table(self, summary):
