@@ -116,3 +116,37 @@ def test_export_fits_match_the_summary():
     np.testing.assert_allclose(along_d.measured, 0.25, rtol=1e-12)
     assert (table.seeds == 3).all() and (table.censored_max == 0).all()
     assert set(table.attrs["units"]) == set(table.columns)
+
+
+def test_figure_draws_no_bound_for_random_starts_and_fits_over_their_range():
+    """Issue 52: no bound's regime edge or closed-form contours over the maps (their labels covered the
+    cells' numbers), no slope-1 guide drawn over every n; the measured law with its interval, drawn over
+    the n it is fitted on (relu: 8-32, its n = 64 median is censored)."""
+    from matplotlib.contour import ContourSet
+
+    from attnflow.plotting import plt
+
+    n, d = np.array([8, 16, 32, 64]), np.array([4, 16, 64])
+    base = 2.0 + 0.5 * np.log(n)[:, None] + 0.3 * np.log(d)[None, :]
+    times = np.stack([base] * 2)[..., None] + np.array([-0.2, -0.1, 0.1, 0.2])
+    times[1, 3, :, 1:] = np.inf
+    summary, spec = _summary(times, n, d)
+    fig = EXPERIMENT.plot(EXPERIMENT.derive(summary, spec), spec)
+    maps, curves = fig.axes[0], fig.axes[2]
+    for ax in fig.axes[:2]:
+        assert not [c for c in ax.collections if isinstance(c, ContourSet)]
+        assert not [line for line in ax.get_lines() if line.get_linestyle() == "--"]  # no regime edge
+        texts = [t for t in ax.texts if t.get_text()]
+        assert len(texts) == n.size * d.size  # the cells' numbers and nothing else
+    solid = [line for line in curves.get_lines() if line.get_linestyle() == "-" and len(line.get_xdata()) > 2]
+    assert len(solid) == 2 * d.size  # one fitted law per (attention, d)
+    spans = sorted({(round(min(line.get_xdata())), round(max(line.get_xdata()))) for line in solid})
+    assert spans == [(8, 32), (8, 64)]
+    for line in solid:  # the law itself: T = a + 0.5 ln n
+        x, y = np.asarray(line.get_xdata()), np.asarray(line.get_ydata())
+        np.testing.assert_allclose(np.diff(y) / np.diff(np.log(x)), 0.5, rtol=1e-9)
+    assert not [line for line in curves.get_lines() if line.get_linestyle() == "--"]  # no slope-1 guide
+    labels = [t.get_text() for legend in fig.legends + [a.get_legend() for a in fig.axes if a.get_legend()]
+              for t in legend.get_texts()]
+    assert any("s = 0.50 [0.50, 0.50]" in label for label in labels), labels
+    plt.close(fig)

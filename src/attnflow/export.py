@@ -117,23 +117,19 @@ def seed_brackets(fails: xr.DataArray, axis: str) -> xr.Dataset:
     (``low``, ``high``). A seed already failing at its line's first computed
     value is censored below the grid, bracket (floor, first value), floor 0 on
     a positive axis (-inf otherwise); one never failing is censored above,
-    (last value, inf). A seed with nothing computed on the line has NaN for both
-    and is in no count. ``below`` and ``above`` flag the censored seeds.
+    (last value, inf). A seed with nothing computed on the line, or whose
+    threshold is beyond a grid end only possibly (a failed run there:
+    ``experiments._common.first_failure``), has NaN for both and is in no count.
+    ``below`` and ``above`` flag the censored seeds.
     """
+    from .experiments._common import first_failure
+
     fails = fails.sortby(axis)
     xs = fails[axis].values.astype(float)
     floor = 0.0 if xs.min() > 0 else -np.inf
 
     def one(values):
-        known = np.isfinite(values)
-        if not known.any():
-            return np.nan, np.nan, False, False
-        x, failing = xs[known], np.flatnonzero(values[known] == 1)
-        if not failing.size:
-            return x[-1], np.inf, False, True
-        if failing[0] == 0:
-            return floor, x[0], True, False
-        return x[failing[0] - 1], x[failing[0]], False, False
+        return first_failure(values, xs, floor)
 
     low, high, below, above = xr.apply_ufunc(
         one, fails, input_core_dims=[[axis]], output_core_dims=[[], [], [], []], vectorize=True,
@@ -197,6 +193,9 @@ def threshold_columns(name: str, fails: xr.DataArray, axis: str, what: str, unit
         f"{name}_below_grid": (found.below, f"seeds failing already at the smallest {axis} (threshold below "
                                             "the grid)", "1"),
         f"{name}_above_grid": (found.above, "seeds never failing on the grid (threshold above it)", "1"),
+        f"{name}_undetermined": ((fails.notnull().any(axis) & brackets.low.isnull()).sum("seed"),
+                                 "seeds left out: computed on the line, but whose threshold may or may not "
+                                 "be beyond a grid end, their run there having failed", "1"),
         "seeds": (found.seeds, "seeds computed on the line (on, below and above the grid add up to it)",
                   "1"),
     }

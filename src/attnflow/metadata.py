@@ -81,6 +81,12 @@ CELL_LONG_NAMES = {
 }
 
 _T = FLOW_TIME
+# What beta_star and trained_heads decided for a seed whose run failed at a grid end (issue 52).
+UNDETERMINED = ("seeds with a run on the line whose threshold is neither placed on the grid nor censored "
+                "below or above it: the run at the smallest beta failed and the first computed beta fails "
+                "already (or the run at the largest failed and every computed beta holds), so the threshold "
+                "may or may not be beyond the grid; left out of the threshold and of the below/above "
+                "fractions")
 _CENSORED_INF = "+inf where the run had not clustered by t_max (censored), NaN where no run"
 # Summary variables, by experiment: one name may mean a different thing in two experiments.
 SUMMARIES: dict[str, dict[str, Meta]] = {
@@ -102,7 +108,8 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
                         "per seed: 1 where every head's energy rate is >= 0 (to round-off) at t = 0, else 0"),
         "mono_path": Meta("1", "every head monotone up to clustering",
                           "per seed: 1 where every head's energy rate is >= 0 (to round-off) at every sample "
-                          "up to t_cluster (the whole run when censored), else 0"),
+                          "and every accepted integration step up to t_cluster (the whole run when "
+                          "censored; the attrs' monotone_judged says which), else 0"),
         "rd_t0": Meta("1", "start inside Radial Dominance",
                       "per seed: 1 where Radial Dominance (rd_margin >= 0 for every head and token) holds "
                       "at t = 0, else 0"),
@@ -118,11 +125,14 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
                                 f"half-width of the 95% Student-t interval of the mean of beta_{p}")
            for p in ("mono", "rd")},
         **{f"beta_{p}_below_grid": Meta("1", "fraction of seeds below the grid",
-                                        f"fraction of seeds failing at the smallest beta (beta_{p} below it)")
+                                        f"fraction of the seeds placed (on, below or above the grid) failing "
+                                        f"at the smallest beta (beta_{p} below it)")
            for p in ("mono", "rd")},
         **{f"beta_{p}_above_grid": Meta("1", "fraction of seeds above the grid",
-                                        f"fraction of seeds never failing on the grid (beta_{p} above it)")
+                                        f"fraction of the seeds placed holding at every beta through the "
+                                        f"largest (beta_{p} above it)")
            for p in ("mono", "rd")},
+        **{f"beta_{p}_undetermined": Meta("1", "seeds not placed", UNDETERMINED) for p in ("mono", "rd")},
         "frac_mono_t0": Meta("1", "fraction of seeds monotone at t = 0", "mean over seeds of mono_t0"),
         "frac_mono_path": Meta("1", "fraction of seeds monotone up to clustering",
                                "mean over seeds of mono_path"),
@@ -337,9 +347,11 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
         "beta_mono_mean": Meta("1", "threshold in beta of per-head monotonicity",
                                "mean over seeds of the geometric midpoint of each seed's grid bracket"),
         "beta_mono_below_grid": Meta("1", "fraction of seeds below the grid",
-                                     "fraction of seeds failing at the smallest beta"),
+                                     "fraction of the seeds placed failing at the smallest beta"),
         "beta_mono_above_grid": Meta("1", "fraction of seeds above the grid",
-                                     "fraction of seeds never failing on the grid"),
+                                     "fraction of the seeds placed holding at every beta through the "
+                                     "largest"),
+        "beta_mono_undetermined": Meta("1", "seeds not placed", UNDETERMINED),
         "principal_angle": Meta("degree", "principal angle between heads",
                                 "principal angles between the heads' score subspaces"),
         "cross_norm": Meta("1", "head overlap", "||M_h' M_h||_op for each pair of heads of the layer"),
@@ -356,7 +368,8 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
                                        "largest over seeds of energy_residual / energy_residual_bound (<= 1: "
                                        "the identity holds to round-off)"),
         "frac_heads_monotone": Meta("1", "fraction of runs with every head monotone",
-                                    "fraction of seeds with every head's energy rate >= 0 at every sample"),
+                                    "fraction of seeds with every head's energy rate >= 0 at every sample "
+                                    "and every accepted integration step (the attrs' monotone_judged)"),
         "t_cluster_median": Meta(TIME_UNITS, "median clustering time",
                                  f"median over seeds, in {_T}; +inf where most runs are censored"),
         "frac_censored": Meta("1", "fraction of runs censored", "fraction of seeds not clustered by t_max"),

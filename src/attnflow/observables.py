@@ -29,6 +29,9 @@ class Variable:
     long_name: str
     description: str | dict  # or, where the attention type's energy or entropy decides, one per rule
     dtype: str = "float64"
+    # Whether the accuracy certificate compares it between the run and its companion: not a value at
+    # given times (the least over the integrator's own steps moves with the steps, not with the error)
+    certified: bool = True
 
     def attrs(self, attention: AttentionType) -> dict[str, str]:
         """The attributes a store gives the variable, for stores of ``attention``."""
@@ -51,6 +54,7 @@ class ObservableGroup:
     needs_velocity: bool  # the field is evaluated at every sample
     needs_scores: bool  # that evaluation keeps the raw scores s^h_ij
     description: str
+    requires: tuple[str, ...] = ()  # groups recorded with it (canonical_groups adds them)
 
 
 GROUPS: Registry[ObservableGroup] = Registry("observables", [
@@ -101,6 +105,18 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
     ObservableGroup("positions", (
         Variable("x", ("token", "dim"), "1", "token positions", "token positions x_i"),
     ), False, False, "the token positions themselves"),
+    # Monotonicity judged on the whole trajectory, not only at the samples (issue 52): the engines
+    # evaluate the field and the per-head rates again at the end of every accepted step (one right-hand
+    # side a step), and keep per sample the least since the previous one.
+    ObservableGroup("energy_path", (
+        Variable("energy_rate_min", ("head",), "1", "least per-head energy rate since the previous sample",
+                 "least dE_h/dt (as energy_rate) over this sample and the end of every accepted "
+                 "integration step since the previous sample: a dip of a head's energy between samples "
+                 f"shows here, {RATE}; taken at the integrator's own steps, so outside the accuracy "
+                 "certificate",
+                 certified=False),
+    ), True, True, "the least per-head energy rate over every accepted step, per sample interval "
+                   "(per-head monotonicity on the whole trajectory)", requires=("energy",)),
 ])
 
 
@@ -134,6 +150,7 @@ DEFAULT_GROUPS = ("cosines", "clusters", "velocity", "energy", "radial", "entrop
 def canonical_groups(names) -> tuple[str, ...]:
     """Known group names in declaration order, ``cosines`` included; ``ValueError`` for an unknown one."""
     wanted = {GROUPS.get(name).name for name in names} | {"cosines"}
+    wanted |= {r for g in list(wanted) for r in GROUPS.get(g).requires}
     return tuple(g for g in GROUPS.names() if g in wanted)
 
 

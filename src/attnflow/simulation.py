@@ -382,8 +382,9 @@ def _certificate(cell, result, problem: Problem, times, skip=None) -> tuple[dict
         return {**out, "certificate_error": float("inf"),
                 "certificate_variable": f"companion run failed: {err}"}, per_seed
     out["certificate_rhs_calls"] = int(companion.n_rhs_calls.sum())  # its cost, next to solver_rhs_calls
+    certified = {v.name for v in variables(cell.observables) if v.certified and v.dtype.startswith("float")}
     pairs = {name: (result.variables[name][seeds], companion.variables[name])
-             for name in companion.variables if companion.variables[name].dtype.kind == "f"}
+             for name in companion.variables if name in certified}
     pairs["t_cluster"] = (result.t_cluster[seeds], companion.t_cluster)
     names = list(pairs)
     # The scale is the more accurate run's: the stored one against a looser companion.

@@ -292,6 +292,8 @@ def observe(
     with loaded_blas().limit(limits=1):
         run_threads(observe_batch, B, x, head_arrays, flow, _per_trajectory(beta, B), _sampling(groups),
                       1.0 - float(cluster_eps), out, drift)
+    if out.energy_rate_min.size:  # one configuration, no steps: the least rate is the rate
+        out.energy_rate_min[...] = out.energy_rate
     return {var.name: getattr(out, var.name)[:, 0] for var in variables(groups)}
 
 

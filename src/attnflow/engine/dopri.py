@@ -17,9 +17,10 @@ from enum import IntEnum
 import numba
 import numpy as np
 
+from ..attention import Energy
 from .field import HeadArrays, field, workspace
 from .machinery import borrow, by_reference, copy_into, dereference, flat, keep, take_next
-from .measure import Metric, criterion_value, measure, scratch
+from .measure import Group, Metric, _exp_energy, _softplus_energy, criterion_value, measure, scratch
 
 _SAFETY, _MIN_FACTOR, _MAX_FACTOR = 0.9, 0.2, 10.0
 _EPS = np.finfo(np.float64).eps
@@ -251,6 +252,23 @@ def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, 
 
 
 @numba.njit(cache=True)
+def step_rates(y, ydot, hd_ref, flow, beta, sampling, ws_ref, sc_ref, least, k):
+    """The per-head energy rates at an accepted step's end ``y`` into ``least[0, k]``, the running minimum
+    of sample ``k``'s interval (the ``energy_path`` group: per-head monotonicity between samples)."""
+    hd, ws, sc = dereference(hd_ref), dereference(ws_ref), dereference(sc_ref)
+    field(y, ydot, hd_ref, flow, beta, sampling.keep_scores, sampling.field, ws_ref)
+    for h in range(least.shape[2]):
+        if flow.energy == Energy.EXP:
+            rate = _exp_energy(flow, h, beta, ydot, hd.shared, ws, sc)[1]
+        elif flow.energy == Energy.SOFTPLUS:
+            rate = _softplus_energy(flow, h, beta, ydot, hd.shared, ws, sc)[1]
+        else:  # unreachable after engine.check_declarations; poison, as measure does
+            rate = np.nan
+        if not rate >= least[0, k, h]:  # NaN wins
+            least[0, k, h] = rate
+
+
+@numba.njit(cache=True)
 def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, sampling, out, stats):
     """Integrate trajectory ``b`` from ``x0`` and measure it at ``t_eval``; statistics into ``stats``.
 
@@ -273,6 +291,11 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     retraction = 0.0
     t_cluster = np.nan
     status = Status.OK
+    # energy_path: each sample interval's least per-head rate over the accepted step ends in it
+    path = sampling.want[Group.ENERGY_PATH.value]
+    least = out.energy_rate_min[b:b + 1]  # (1, T, H); empty when the group is off
+    if path:
+        least[:] = np.inf
 
     # Stage 0 is the field at y, with what the observables of sample 0 read.
     field(y, stages[0], hd_ref, flow, beta, sampling.keep_scores, sampling.field, ws_ref)
@@ -319,6 +342,10 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
             calls += sample_calls
             if flow.spherical:
                 retraction = max(retraction, _retract(buf.y_new))
+            if path and next_sample < t_eval.size and t_new > t_eval[next_sample - 1]:
+                step_rates(buf.y_new, buf.xs_dot, hd_ref, flow, beta, sampling, ws_ref, sc_ref, least,
+                           next_sample)
+                calls += 1
             if not found and _holds(buf.y_new, criterion, ws, sc):
                 t_cluster = _locate(y, stages, h, t, sigma_unmet, 1.0, method.poly, buf.weights,
                                     flow.spherical, criterion, buf.xs, ws, sc)
@@ -345,6 +372,12 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
             status = Status.BUDGET
             break
 
+    if path:  # the samples' own rates (unreached samples are blanked by the caller)
+        for k in range(least.shape[1]):
+            for h in range(least.shape[2]):
+                rate = out.energy_rate[b, k, h]
+                if not rate >= least[0, k, h]:
+                    least[0, k, h] = rate
     stats.counts[b, STEPS] = steps
     stats.counts[b, REJECTED] = rejected
     stats.counts[b, CALLS] = calls

@@ -30,6 +30,7 @@ class Group(IntEnum):
     RADIAL = 4
     ENTROPY = 5
     POSITIONS = 6
+    ENERGY_PATH = 7  # written by the integration loop at every accepted step (dopri.step_rates), not here
 
 
 class Metric(IntEnum):
@@ -43,7 +44,7 @@ class Metric(IntEnum):
 Outputs = namedtuple(
     "Outputs",
     "gamma_mean gamma_min cluster_count kinetic gamma_mean_rate energy energy_rate radial_shadow "
-    "tangential_power rd_margin rd_margin_sufficient entropy entropy_rate x",
+    "tangential_power rd_margin rd_margin_sufficient entropy entropy_rate x energy_rate_min",
 )
 
 # Scratch of one trajectory's measurements.

@@ -7,36 +7,37 @@ import xarray as xr
 
 from .. import theory
 from . import Axis, Experiment
-from ._common import all_heads_monotone, before_cluster, t_interval
+from ._common import all_heads_monotone, before_cluster, first_failure, monotone_judged, t_interval
 
 
 def _bracket(fails: np.ndarray, beta: np.ndarray):
-    """Along one line of the grid: (geometric midpoint of the first fail's bracket, below, above)."""
-    known = np.isfinite(fails)
-    fails, beta = fails[known], beta[known]
-    failing = np.flatnonzero(fails == 1)
-    if not failing.size:
-        return np.nan, False, bool(fails.size)
-    first = failing[0]
-    if first == 0:
-        return np.nan, True, False
-    return float(np.sqrt(beta[first - 1] * beta[first])), False, False
+    """Along one line of the grid: (geometric midpoint of the first fail's bracket, below, above,
+    undetermined); ``_common.first_failure`` says which seeds are censored and which undetermined."""
+    if not np.isfinite(fails).any():
+        return np.nan, False, False, False
+    low, high, below, above = first_failure(fails, beta, 0.0)
+    on = not (below or above or np.isnan(low))
+    return (float(np.sqrt(low * high)) if on else np.nan), below, above, bool(np.isnan(low))
 
 
 def grid_threshold(fails: xr.DataArray, beta: xr.DataArray):
     """Per seed: the geometric midpoint of [last passing beta, first failing beta] along ``beta``.
 
     ``fails`` is 1 where the property fails, 0 where it holds, NaN where the
-    cell was not computed (a missing store, or a refined grid that skipped this
-    line): NaN cells are neither. Returns (threshold, below grid, above grid): a
-    seed failing at the smallest beta is below the grid, one never failing is
-    above it; both are NaN in the threshold, never folded into its mean.
+    cell was not computed (a failed seed, a missing store, or a refined grid that
+    skipped this line): NaN cells are neither. Returns (threshold, below grid,
+    above grid, undetermined): a seed failing at the smallest beta is below the
+    grid, one holding at every beta through the largest is above it; both are NaN
+    in the threshold, never folded into its mean. A seed whose threshold may or
+    may not be beyond a grid end because the cell there was not computed (it
+    fails at the first computed beta after a failed run at the smallest, or holds
+    up to a failed run at the largest) is undetermined: in none of the three.
     """
     fails = fails.sortby("beta")
-    threshold, below, above = xr.apply_ufunc(
-        _bracket, fails, fails.beta, input_core_dims=[["beta"], ["beta"]], output_core_dims=[[], [], []],
-        vectorize=True, output_dtypes=[float, bool, bool])
-    return threshold, below, above
+    threshold, below, above, undetermined = xr.apply_ufunc(
+        _bracket, fails, fails.beta, input_core_dims=[["beta"], ["beta"]], output_core_dims=[[], [], [], []],
+        vectorize=True, output_dtypes=[float, bool, bool, bool])
+    return threshold, below, above, undetermined
 
 
 def orthogonal_threshold(H: int, n: int, alpha: float = 1.0, tol: float = 1e-12) -> float:
@@ -82,7 +83,7 @@ class BetaStar(Experiment):
         Axis("beta", min_values=2, why="a map over n and beta"),
         Axis("H"), Axis("attention"), Axis("heads"),
     )
-    observables = ("energy", "radial")
+    observables = ("energy", "energy_path", "radial")
     defaults = {
         # Monotonicity is measured up to the clustering time: each run stops there.
         "fixed": {"rtol": 1e-09, "atol": 1e-12,
@@ -118,7 +119,12 @@ class BetaStar(Experiment):
     # 3: no stray scalar coordinate time = 0 (left by isel(time=0)); units and descriptions on every variable.
     #    A seed without a run (failed, or its cell missing) is left out of frac_runs_rd and of the
     #    below/above-grid fractions, which counted it as neither (issue 39).
-    reduction_version = 3
+    # 4: a seed whose run failed at the smallest (largest) beta is no longer counted below (above) the
+    #    grid on the strength of the next beta: it is undetermined (beta_*_undetermined counts them) and the
+    #    below/above fractions are over the seeds placed (issue 52).
+    # 5: every head monotone is judged at every accepted integration step, not only at the samples
+    #    (the energy_path group; attrs monotone_judged): a dip between samples fails it (issue 52).
+    reduction_version = 5
 
     def refine_field(self, summary):
         return summary.frac_mono_path, 0.5
@@ -139,9 +145,11 @@ class BetaStar(Experiment):
         lam = float(spec.fixed.get("lambda_bar", 1.0))
         for prop, fails in (("mono", 1 - out.mono_path), ("rd", 1 - out.rd_t0)):
             known = fails.where(out.mono_path.notnull())
-            per_seed, below, above = grid_threshold(known, out.beta)
-            ran = known.notnull().any("beta")  # a seed with a run at some beta (not failed, not missing)
-            below, above = below.where(ran), above.where(ran)
+            per_seed, below, above, undetermined = grid_threshold(known, out.beta)
+            # The fractions are over the seeds whose threshold is placed (on, below or above the grid):
+            # a seed with no run, or one undetermined by a failed run at a grid end, is in none.
+            counted = known.notnull().any("beta") & ~undetermined
+            below, above = below.where(counted), above.where(counted)
             mean, half = xr.apply_ufunc(t_interval, per_seed, input_core_dims=[["seed"]],
                                         output_core_dims=[[], []], vectorize=True)
             out[f"beta_{prop}"] = per_seed
@@ -149,6 +157,7 @@ class BetaStar(Experiment):
             out[f"beta_{prop}_ci"] = half
             out[f"beta_{prop}_below_grid"] = below.mean("seed")
             out[f"beta_{prop}_above_grid"] = above.mean("seed")
+            out[f"beta_{prop}_undetermined"] = (undetermined & known.notnull().any("beta")).sum("seed")
         out["frac_mono_t0"] = out.mono_t0.astype(float).mean("seed")
         out["frac_mono_path"] = out.mono_path.astype(float).mean("seed")
         out["frac_time_rd"] = out.time_rd.mean("seed")
@@ -157,6 +166,7 @@ class BetaStar(Experiment):
         out["beta_star_closed"] = xr.apply_ufunc(theory.beta_star, out.H, out.n, lam)
         out["beta_orthogonal"] = xr.apply_ufunc(np.vectorize(orthogonal_threshold), out.H, out.n, lam)
         out.attrs["alpha"] = lam
+        out.attrs["monotone_judged"] = monotone_judged(spec)
         return out
 
     def export_table(self, summary):

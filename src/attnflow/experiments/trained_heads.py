@@ -8,7 +8,7 @@ import numpy as np
 import xarray as xr
 
 from . import Axis, Experiment
-from ._common import all_heads_monotone, before_cluster
+from ._common import all_heads_monotone, before_cluster, monotone_judged
 from .beta_star import grid_threshold
 
 
@@ -40,7 +40,7 @@ class TrainedHeads(Experiment):
         Axis("beta", min_values=2, why="a map over layer and beta"),
         Axis("heads", required=("trained", "trained_orthogonal"), why="real heads against the idealisation"),
     )
-    observables = ("energy", "radial")
+    observables = ("energy", "energy_path", "radial")
     defaults = {
         "fixed": {"rtol": 1e-07, "atol": 1e-10,
                   "weights": "minilm", "H": 12, "d": 384, "n": 8, "init": "embedding", "values": "aligned",
@@ -82,6 +82,12 @@ class TrainedHeads(Experiment):
             return str(err)
         return None
 
+    # 2: a seed whose run failed at the smallest (largest) beta is no longer counted below (above) the
+    #    grid on the strength of the next beta: undetermined, in beta_mono_undetermined (issue 52); the
+    #    below/above fractions are over the seeds placed, a seed without any run no longer among them.
+    # 3: every head monotone judged at every accepted integration step (energy_path), not the samples only.
+    reduction_version = 3
+
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         keep = before_cluster(ds)
         monotone = all_heads_monotone(ds)
@@ -98,10 +104,13 @@ class TrainedHeads(Experiment):
         out = summary.sortby("beta")
         out["frac_mono_path"] = out.mono_path.mean("seed")
         out["frac_time_rd"] = out.time_rd.mean("seed")
-        per_seed, below, above = grid_threshold((1 - out.mono_path).where(out.mono_path.notnull()), out.beta)
+        known = (1 - out.mono_path).where(out.mono_path.notnull())
+        per_seed, below, above, undetermined = grid_threshold(known, out.beta)
+        counted = known.notnull().any("beta") & ~undetermined  # as beta_star: placed seeds only
         out["beta_mono_mean"] = per_seed.mean("seed")
-        out["beta_mono_below_grid"] = below.mean("seed")
-        out["beta_mono_above_grid"] = above.mean("seed")
+        out["beta_mono_below_grid"] = below.where(counted).mean("seed")
+        out["beta_mono_above_grid"] = above.where(counted).mean("seed")
+        out["beta_mono_undetermined"] = (undetermined & known.notnull().any("beta")).sum("seed")
         weights, n_heads = spec.fixed["weights"], int(spec.fixed.get("model_heads", 0))
         layers = [int(v) for v in out.layer.values]
         angles = np.stack([trained.principal_angles(weights, L, n_heads).ravel() for L in layers])
@@ -109,6 +118,7 @@ class TrainedHeads(Experiment):
         out["principal_angle"] = (("layer", "angle"), angles, {"units": "degree"})
         out["cross_norm"] = (("layer", "pair"), cross)
         out.attrs["weights_sha256"] = trained.digest(weights)
+        out.attrs["monotone_judged"] = monotone_judged(spec)
         return out
 
     def export_table(self, summary):

@@ -18,7 +18,7 @@ import optimistix as optx
 from ..attention import Energy, Entropy, MaskRule, Weights
 from ..heads import Form
 from .field import TrajectoryHeads, evaluate, kernel
-from .measure import METRIC_GAPS, measure
+from .measure import METRIC_GAPS, head_rates, measure
 from .tables import KERNELS  # noqa: F401  (every declaration has its kernel, or is refused by name)
 
 
@@ -80,10 +80,16 @@ class Rules(NamedTuple):
 
 class _Retracted(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
     """Dopri5 with every accepted solution scaled back onto the sphere, token by token (the numba
-    engine's retraction). The error estimate and dense output are the wrapped solver's."""
+    engine's retraction). The error estimate and dense output are the wrapped solver's.
+
+    With a ``probe`` (the ``energy_path`` group) the solver state carries a running record beside the
+    wrapped solver's, ``probe(t1, y1, record)`` updated at each step's end: diffrax keeps a rejected
+    step's state out, so the record sees the accepted steps only."""
 
     solver: diffrax.AbstractSolver
     spherical: bool
+    probe: object = None
+    record: object = None  # the probe's record before the first step
 
     @property
     def term_structure(self):
@@ -104,12 +110,16 @@ class _Retracted(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
         return self.solver.error_order(terms)
 
     def init(self, terms, t0, t1, y0, args):
-        return self.solver.init(terms, t0, t1, y0, args)
+        state = self.solver.init(terms, t0, t1, y0, args)
+        return state if self.probe is None else (state, self.record)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        y1, error, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
+        inner = solver_state if self.probe is None else solver_state[0]
+        y1, error, dense, state, result = self.solver.step(terms, t0, t1, y0, args, inner, made_jump)
         if self.spherical:
             y1 = y1 / jnp.linalg.norm(y1, axis=-1, keepdims=True)
+        if self.probe is not None:
+            state = (state, self.probe(t1, y1, solver_state[1]))
         return y1, error, dense, state, result
 
     def func(self, terms, t0, y0, args):
@@ -132,9 +142,11 @@ class Tolerances(NamedTuple):
     level: float  # 1 - cluster_eps: the cluster count's edges
 
 
-def _integrate(rules: Rules, tol: Tolerances, x0, heads, beta, t0, t1, ts, gap):
+def _integrate(rules: Rules, tol: Tolerances, x0, heads, beta, t0, t1, ts, gap, least=None):
     """diffeqsolve from (t0, x0) to t1 with samples at ``ts`` (and t1); ``gap``: the event's condition, or
-    None for no event."""
+    None for no event. ``least`` (T, H): where given, the solution's ``solver_state[1]`` is it lowered,
+    at each sample ``k``, to the least per-head energy rate at the accepted step ends in
+    ``(ts[k-1], ts[k]]`` (the ``energy_path`` group)."""
     term = diffrax.ODETerm(lambda t, x, args: _field(rules, x, heads, beta).velocity)
     if rules.fixed_step is None:
         controller = diffrax.PIDController(rtol=tol.rtol * ERROR_SCALE, atol=tol.atol * ERROR_SCALE)
@@ -150,9 +162,17 @@ def _integrate(rules: Rules, tol: Tolerances, x0, heads, beta, t0, t1, ts, gap):
         # the retracted step end and the dense output there could fail.
         event = diffrax.Event(lambda t, y, args, **kwargs: gap(_on_sphere(rules, y)),
                               root_finder=optx.Bisection(rtol=1e-14, atol=1e-14, flip=True), direction=False)
+    probe = None
+    if least is not None:
+        def probe(t, y, record):
+            k = jnp.searchsorted(ts, t, side="left")  # the sample whose interval holds the step's end
+            rate = head_rates(y, _field(rules, y, heads, beta), beta, rules)
+            row = jnp.minimum(k, ts.shape[0] - 1)
+            return record.at[row].set(jnp.where(k < ts.shape[0], jnp.minimum(record[row], rate), record[row]))
     return diffrax.diffeqsolve(
-        term, _Retracted(diffrax.Dopri5(), rules.spherical), t0, t1, dt0, x0,
-        saveat=diffrax.SaveAt(ts=ts, t1=True), stepsize_controller=controller, event=event,
+        term, _Retracted(diffrax.Dopri5(), rules.spherical, probe, least), t0, t1, dt0, x0,
+        saveat=diffrax.SaveAt(ts=ts, t1=True, solver_state=least is not None), stepsize_controller=controller,
+        event=event,
         max_steps=rules.max_steps, throw=False, adjoint=diffrax.ForwardMode())
 
 
@@ -172,9 +192,15 @@ def batch_solver(rules: Rules):
     (variables name -> (B, T, ...), statistics name -> (B,))."""
     metric_gap = kernel(METRIC_GAPS, rules.metric, "clustering metric")
 
+    path = "energy_path" in rules.groups
+
     def trajectory(x0, heads, beta, t_eval, tol, gap):
         event_gap = gap if rules.stop else None
-        sol = _integrate(rules, tol, x0, heads, beta, t_eval[0], t_eval[-1], t_eval, event_gap)
+        least = None
+        if path:  # a trajectory's heads have H first
+            H = next(a.shape[0] for a in heads if a is not None)
+            least = jnp.full((t_eval.shape[0], H), jnp.inf)
+        sol = _integrate(rules, tol, x0, heads, beta, t_eval[0], t_eval[-1], t_eval, event_gap, least)
         raw = sol.ys[:-1]  # the samples; the last row is the end of the integration
         t_stop = _end(sol)
         event = sol.result == diffrax.RESULTS.event_occurred
@@ -234,13 +260,17 @@ def batch_solver(rules: Rules):
         on_batch = jax.vmap(functools.partial(observe, level=tol.level), in_axes=(0, head_axes, 0))
         recorded = jax.lax.map(lambda xt: on_batch(xt, heads, beta), by_time, batch_size=chunk)
         recorded = {name: jnp.swapaxes(value, 0, 1) for name, value in recorded.items()}
+        if path:  # the samples' own rates and the steps' since the previous sample
+            recorded["energy_rate_min"] = jnp.minimum(recorded["energy_rate_min"], sol.solver_state[1])
         stats = sol.stats
         accepted, rejected = stats["num_accepted_steps"], stats["num_rejected_steps"]
         return recorded, reached, {
             "n_steps": accepted, "n_rejected": rejected,
             # Dopri5 evaluates six new stages a step (FSAL), plus the first stage, the initial step's probe
             # and one evaluation per sample where a group reads the field.
-            "n_rhs_calls": 6 * (accepted + rejected) + 2 + (T if rules.needs_field else 0),
+            # energy_path: one more at each step's end (rejected steps' too: the probe runs before the
+            # verdict)
+            "n_rhs_calls": (6 + path) * (accepted + rejected) + 2 + (T if rules.needs_field else 0),
             "t_cluster": t_cluster, "t_stop": t_stop, "norm_drift": drift, "max_retraction": removed,
             "ok": _ok(sol.result), "budget": sol.result == diffrax.RESULTS.max_steps_reached}
 

@@ -92,6 +92,17 @@ def _energy(x, parts, beta, rules, level):
     return {"energy": energy, "energy_rate": rate}
 
 
+def head_rates(x, parts, beta, rules):
+    """The per-head energy rates at ``x`` (H,)."""
+    return kernel(ENERGIES, rules.energy, "energy rule")(parts, beta, x.shape[0])[1]
+
+
+def _energy_path(x, parts, beta, rules, level):
+    """The sample's own rates; the integration lowers them to the accepted steps' since the previous
+    sample (``integrate._integrate``)."""
+    return {"energy_rate_min": head_rates(x, parts, beta, rules)}
+
+
 def _score_rates(parts):
     """``ds^h_ij/dt = <xdot_i, y^h_j> + <xdot_j, y^h_i>`` (symmetric M_h)."""
     d = jnp.einsum("hid,jd->hij", parts.rows, parts.velocity)  # <y_i, xdot_j>
@@ -152,7 +163,7 @@ def _positions(x, parts, beta, rules, level):
 
 # Each observable group's variables (observables.GROUPS), by name.
 GROUP_KERNELS = {"cosines": _cosines, "clusters": _clusters, "velocity": _velocity, "energy": _energy,
-                 "radial": _radial, "entropy": _entropy, "positions": _positions}
+                 "radial": _radial, "entropy": _entropy, "positions": _positions, "energy_path": _energy_path}
 
 
 def _epsilon_gap(x, threshold):
