@@ -107,9 +107,10 @@ def print_cost_model(config_path: Path, layout: Layout) -> None:
               f"measured = {ratio:.2f}")
     total_model, total_measured = sum(model.values()), sum(measured.values())
     if total_measured:
+        ratio = total_model / total_measured
         print(f"  {'total':24} {total_model:8.1f} s expected / {total_measured:8.1f} s measured = "
-              f"{total_model / total_measured:.2f} (plan.MODEL_OVER_CPU {plan.MODEL_OVER_CPU:g} times this "
-              "would make it 1)")
+              f"{ratio:.2f}: plan.MODEL_OVER_CPU {plan.MODEL_OVER_CPU:g} x {ratio:.2f} = "
+              f"{plan.MODEL_OVER_CPU * ratio:.3g} would make it 1 (cells priced by their stable steps aside)")
 
 
 if __name__ == "__main__":
