@@ -75,6 +75,42 @@ def main(argv=None):
           f"({100 * (1 - compute / total_jobs):.0f}%; target < 25%)")
     print(f"cores x wall:                       {args.cores * wall:8.1f} core-s "
           f"(compute fills {100 * compute / (args.cores * wall):.0f}%)")
+    print_cost_model(config_path, layout)
+
+
+def print_cost_model(config_path: Path, layout: Layout) -> None:
+    """The cost model against the cells' measured compute, per experiment and in total: the numbers
+    ``attnflow plan``'s constants come from (``plan.MODEL_OVER_CPU``, ``resources.stable_steps``). A cell
+    logged as compiling the engine is left out (its time is the compilation)."""
+    from attnflow import plan
+    from attnflow.config import load, validate
+
+    sweep = validate(load(config_path), reach_scheduler=False)
+    model, measured, modelled_cells = {}, {}, set()
+    for batch, cells in sweep.batches.items():
+        log = layout.logs("simulate") / f"{batch}.log"
+        if not log.exists():
+            continue
+        lines = [line for line in log.read_text().splitlines() if "computed in" in line]
+        if len(lines) != len(cells) or any("compiling" in line for line in lines):
+            continue  # a batch partly computed before, or the one that compiled the engine
+        experiment = batch.split("-")[0]
+        model[experiment] = model.get(experiment, 0.0) + sum(plan.cell_expected_cpu(c) for c in cells)
+        measured[experiment] = measured.get(experiment, 0.0) + sum(
+            float(re.search(r"computed in ([0-9.]+) s", line).group(1)) for line in lines)
+        modelled_cells.update(id(c) for c in cells)
+    print("plan's expected simulate() time over the measured (per experiment, batches fully computed here, "
+          "the compiling one left out):")
+    for experiment in sorted(model):
+        ratio = model[experiment] / max(measured[experiment], 1e-9)
+        print(f"  {experiment:24} {model[experiment]:8.1f} s expected / {measured[experiment]:8.1f} s "
+              f"measured = {ratio:.2f}")
+    total_model, total_measured = sum(model.values()), sum(measured.values())
+    if total_measured:
+        ratio = total_model / total_measured
+        print(f"  {'total':24} {total_model:8.1f} s expected / {total_measured:8.1f} s measured = "
+              f"{ratio:.2f}: plan.MODEL_OVER_CPU {plan.MODEL_OVER_CPU:g} x {ratio:.2f} = "
+              f"{plan.MODEL_OVER_CPU * ratio:.3g} would make it 1 (cells priced by their stable steps aside)")
 
 
 if __name__ == "__main__":

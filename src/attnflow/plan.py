@@ -9,13 +9,17 @@ model the simulate rule asks SLURM with (``attnflow.resources``), read two ways:
   attempt 1): the model times ``resources.SAFETY`` plus a start-up allowance
   that covers compiling the engine on a fresh node. This is what a cluster
   charges against an allocation.
-- *expected*: the model without its margins: ``resources.cell_seconds`` of the
-  cells still to compute (no ``SAFETY``, no start-up allowance), divided by
-  ``MODEL_OVER_CPU`` (the model's step count is an upper estimate by
-  design) and by the threads a cell's seeds keep busy, plus a job's measured
-  start-up, and the engine's compilation once where numba's cache is empty.
-  This is what the run should take; ``tests/test_plan.py`` checks it against
-  the benchmarks of a measured run.
+- *expected*: the model without its margins (``cell_expected_cpu``): the stored
+  run's cost, ``resources.cell_seconds`` divided by ``MODEL_OVER_CPU`` (the
+  model's step count is an upper estimate by design) or, where stability
+  bounds the steps (``resources.stable_steps``), those steps at the measured
+  cost of a field evaluation, whichever is larger; then the accuracy
+  certificate's companion run on top (``CERTIFICATE_OVER_RUN``); divided by
+  the threads a cell's seeds keep busy, plus a job's measured start-up, and
+  the engine's compilation once where numba's cache is empty. This is what
+  the run should take; ``tests/test_plan.py`` checks it against the
+  benchmarks of a measured run, and ``benchmarks/bench_workflow.py`` prints it
+  against every cell's measured compute.
 
 Aggregation and plotting (local jobs) are costed at their measured times on the
 tiny config, per experiment.
@@ -43,12 +47,25 @@ from .sweep import Sweep, cell_id
 # cells take milliseconds runs 1.6-1.9 s (interpreter, imports, cached kernels loaded,
 # stores encoded and written, manifest).
 JOB_START_SECONDS = 2.0
-# resources.steps is an upper estimate (6x the measured steps at the median cell, at least
-# 1.2x everywhere) and FLOPS_PER_SECOND a floor: over config/paper.yaml's cells (1996 then, 1997
-# now) the model's compute (resources.cell_seconds) is 16,210 s against 908 s of CPU measured (17.9x), over
-# config/config.yaml's cells (638 then) 2,462 s against 118 s (20.8x; README, bench_workflow). Per
-# experiment it ranges from 0.3x (metastability's long horizons) to 49x (trained heads).
-MODEL_OVER_CPU = 18.0
+# resources.cell_seconds over the measured CPU time of a cell's stored run: its field evaluations are
+# CALLS_OVER_MEASURED as many as the engine's (below), and its price per evaluation a ceiling
+# (resources.SECONDS_PER_CALL, FLOPS_PER_SECOND) about 3.8x what the engine takes now. Set so that the plan of
+# config/paper.yaml (50 jobs, numba's cache warm, 2 cores) gives the 464 s it took on a quiet 2-core Xeon
+# before issue 49 (CERTIFICATE_OVER_RUN 0.72 then); benchmarks/bench_workflow.py prints the plan's expected
+# time of every experiment against its measured compute, to set it again. (18 before: fitted when the
+# certificate ran two seeds a cell, without the stability bound, which metastability's cells need.)
+MODEL_OVER_CPU = 69.0
+# The model's field evaluations (resources.calls) over those the engine made, weighted by cost over
+# config/paper.yaml's cells (48 of them measured, two seeds each): 18.2 (by experiment 6x for
+# clustering_time to 31x for trained heads; 0.2x for metastability's long horizons, before
+# resources.stable_steps).
+CALLS_OVER_MEASURED = 18.2
+# The accuracy certificate's companion run (simulation.py: every seed integrated a second time) over the
+# stored run, in CPU time, weighted by cost over config/paper.yaml's cells (measured on 48 of them, two seeds
+# each, certify on and off in one process): 0.72. A smooth cell's companion is cheaper than its run, relu's
+# tighter one dearer (1.9x at clustering_time's relu cells). Measure it again when the certificate changes:
+# benchmarks/bench_peers.py prints the certificate's cost per cell.
+CERTIFICATE_OVER_RUN = 0.72
 # A cell expected to exhaust its step budget (resources.exhausts_budget) takes exactly that many steps
 # per seed: its model is an upper estimate only in its cost per field evaluation, SECONDS_PER_CALL
 # against the measured fixed cost (its stiff cells are small fields, where that cost dominates).
@@ -111,6 +128,19 @@ def gpu_seconds(cell) -> float:
     return resources.GPU_COMPILE_SECONDS + resources.gpu_compute_seconds(cell) / GPU_MODEL_OVER_MEASURED
 
 
+def cell_expected_cpu(cell) -> float:
+    """What one cell should take on the numba engine, one thread: its stored run (the accuracy model
+    scaled to the measured, or the steps stability asks at the measured cost of a field evaluation,
+    whichever is larger) and its certificate's companion run. A cell expected to exhaust its step
+    budget takes the budget per seed, and certifies nothing (its seeds fail)."""
+    if resources.exhausts_budget(cell):
+        return resources.cell_seconds(cell) / BUDGET_OVER_CPU
+    model = resources.cell_seconds(cell)
+    # The stable steps are a count, not an upper estimate: in the model's units, CALLS_OVER_MEASURED as many.
+    stable = model * CALLS_OVER_MEASURED * resources.stable_steps(cell) / resources.steps(cell)
+    return max(model, stable) / MODEL_OVER_CPU * (1.0 + CERTIFICATE_OVER_RUN)
+
+
 def expected_seconds(cells, threads: int, gpu: bool = False) -> float:
     """What a simulate job computing ``cells`` on ``threads`` threads should take: its start-up, and
     each cell's expected CPU time spread over the threads its seeds can keep busy (the engine runs a
@@ -119,8 +149,7 @@ def expected_seconds(cells, threads: int, gpu: bool = False) -> float:
     def seconds(c) -> float:
         if gpu and resources.job_engine(c, True) == "jax":
             return gpu_seconds(c)
-        over = BUDGET_OVER_CPU if resources.exhausts_budget(c) else MODEL_OVER_CPU
-        return resources.cell_seconds(c) / over / min(threads, c.n_seeds)
+        return cell_expected_cpu(c) / min(threads, c.n_seeds)
 
     return JOB_START_SECONDS + sum(seconds(c) for c in cells)
 
@@ -365,7 +394,8 @@ def to_json(result: Plan) -> str:
     return json.dumps(dataclasses.asdict(result), indent=1)
 
 
-__all__ = ["COMPILE_SECONDS", "GPU_MODEL_OVER_MEASURED", "JOB_START_SECONDS", "MANY_JOBS", "MODEL_OVER_CPU",
-           "Job", "Plan", "cell_states", "engine_cached", "expected_seconds", "gpu_notes", "gpu_seconds",
-           "jobs", "jobs_get_gpus", "makespan", "makespan_beside_gpus", "plan", "profile_settings", "render",
+__all__ = ["CALLS_OVER_MEASURED", "CERTIFICATE_OVER_RUN", "COMPILE_SECONDS", "GPU_MODEL_OVER_MEASURED",
+           "JOB_START_SECONDS", "MANY_JOBS", "MODEL_OVER_CPU", "Job", "Plan", "cell_expected_cpu",
+           "cell_states", "engine_cached", "expected_seconds", "gpu_notes", "gpu_seconds", "jobs",
+           "jobs_get_gpus", "makespan", "makespan_beside_gpus", "plan", "profile_settings", "render",
            "stiff_notes", "to_json"]

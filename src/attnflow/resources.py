@@ -201,6 +201,23 @@ def model_steps(cell: Cell) -> float:
     return 70.0 * (1e-6 / cell.rtol) ** 0.2 * (1.0 + np.log1p(cell.t_max)) * stiffness(cell)
 
 
+# An explicit method's step is bounded by stability as well as by accuracy: h <= (the edge of Dopri5's
+# stability region, ~3.3) / (the flow's largest rate, which scales with the largest head strength), so a
+# trajectory integrated to t_max takes at least t_max times this many steps per unit of strength, whatever
+# its tolerance. Measured (softmax, scalar heads, n = 16, config/paper.yaml's metastability: d = 2,
+# t_max = 30,000, beta 1 to 6): 0.76-0.77 steps per unit time at strength 1, where the accuracy model
+# (model_steps) put those cells at a fifth of their steps.
+STABLE_STEPS_PER_TIME = 0.75
+
+
+def stable_steps(cell: Cell) -> float:
+    """The steps stability alone asks of a trajectory integrated to ``t_max`` (0 for one that stops at
+    its clustering criterion, whose end the model does not know)."""
+    if cell.stop_at_cluster:
+        return 0.0
+    return STABLE_STEPS_PER_TIME * cell.t_max * cell.max_score_matrix_norm
+
+
 def steps(cell: Cell) -> float:
     """An upper estimate of a trajectory's accepted steps.
 
@@ -361,4 +378,4 @@ __all__ = ["AUTO_GPU_SECONDS", "MAX_CELL_BYTES", "Size", "calls", "cell_bytes",
            "cell_seconds", "large_for_gpu",
            "exhausts_budget", "flops_per_call", "gpu_cell_seconds", "gpu_compute_seconds", "gpu_request",
            "gpu_visible_here", "job_bytes", "job_engine", "jobs_get_gpus", "memory_mb", "model_steps",
-           "oversized", "recorded_bytes", "runtime_minutes", "size", "steps", "streams"]
+           "oversized", "recorded_bytes", "runtime_minutes", "size", "stable_steps", "steps", "streams"]
