@@ -206,8 +206,9 @@ class Superadditivity(Experiment):
                     ax.text(lam_vals[li], b_vals[bi], "c", ha="center", va="center", fontsize=MIN_TEXT + 1,
                             color=colour, fontweight="bold", path_effects=[halo])
                 lg, bg = np.meshgrid(lam_vals, b_vals)
-                log_ratio = np.log(np.clip(np.nan_to_num(ratio, nan=1.0), 1e-6, 1e6))
-                if log_ratio.min() < 0 < log_ratio.max():
+                # An undetermined median (NaN) is no ratio of 1: the contour leaves it out.
+                log_ratio = np.ma.masked_invalid(np.log(np.clip(ratio, 1e-6, 1e6)))
+                if log_ratio.count() and log_ratio.min() < 0 < log_ratio.max():
                     # Above everything else: the measurement is what the closed forms are read against.
                     ax.contour(lg, bg, log_ratio, levels=[0.0], colors="k", linewidths=1.4, zorder=5)
                 sign = theory.early_sign(linear_strengths(lf, spread, H), bf, n)
