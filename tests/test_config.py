@@ -59,7 +59,8 @@ def _with(path, value, base=BASE):
      r"clustering_time\.fixed\.cluster_metric: must be gamma_mean \(the time for the mean cosine"),
     # Figures that read the cluster count at t_max: a run stopped at its clustering time has none.
     ("experiments.clustering_time.fixed.stop_at_cluster", True,
-     r"clustering_time\.fixed\.stop_at_cluster: must be False \(panel d counts the clusters left"),
+     r"clustering_time\.fixed\.stop_at_cluster: must be False \(the uniform-start figure counts "
+     r"the clusters left"),
     ("experiments.metastability.fixed.stop_at_cluster", True,
      r"metastability\.fixed\.stop_at_cluster: must be False \(the plateaus are read"),
     # A mask where the figure draws closed forms of unmasked attention.

@@ -58,8 +58,9 @@ def test_entropy_axis_label_clears_the_title_with_one_panel():
     grid = {"n": [8], "beta": [1.0, 4.0]}
     time = np.linspace(0.0, 5.0, 11)
     entropy = np.log(8) - np.exp(-time)[:, None, None] * np.ones((1, 1, 2))
-    summary, spec = _summary("entropy", grid, {"entropy": (("time", "n", "beta"), entropy),
-                                               "thm27_residual": (("n", "beta"), np.full((1, 2), 1e-6))})
+    summary, spec = _summary("entropy", grid, {
+        "entropy": (("time", "n", "beta"), entropy),
+        "rate_quadrature_error": (("n", "beta"), np.full((1, 2), 1e-6))})
     summary = summary.assign_coords(time=time)
     fig = registry().get("entropy").plot(summary, spec)
     ax = fig.axes[0]

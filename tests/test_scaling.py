@@ -132,7 +132,7 @@ def test_figure_draws_no_bound_for_random_starts_and_fits_over_their_range():
     times[1, 3, :, 1:] = np.inf
     summary, spec = _summary(times, n, d)
     fig = EXPERIMENT.plot(EXPERIMENT.derive(summary, spec), spec)
-    maps, curves = fig.axes[0], fig.axes[2]
+    curves = fig.axes[2]
     for ax in fig.axes[:2]:
         assert not [c for c in ax.collections if isinstance(c, ContourSet)]
         assert not [line for line in ax.get_lines() if line.get_linestyle() == "--"]  # no regime edge

@@ -80,7 +80,7 @@ def test_summaries_match_closed_forms(tiny_run):
     assert float(ent.min_entropy_step.min()) > -1e-12  # non-decreasing
     # Thm 27: the exact rate, integrated by Simpson's rule (O(dt^4), dt = 0.1 here:
     # ~1e-4 relative), reproduces the entropy change; a wrong factor gives O(1).
-    assert float(ent.thm27_residual.max()) < 1e-3
+    assert float(ent.rate_quadrature_error.max()) < 1e-3
 
     ran = load(config)["experiments"]
     for ext in ("png", "pdf"):

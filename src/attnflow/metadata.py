@@ -151,8 +151,17 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
         "t_cluster": Meta(TIME_UNITS, "clustering time", f"per seed, in {_T}; {_CENSORED_INF}"),
         "ratio_seed": Meta("1", "equal over linear clustering time, per seed",
                            "per seed: t_cluster with equal strengths / t_cluster with linear strengths (the "
-                           "same tokens)"),
-        "ratio": Meta("1", "equal over linear clustering time", "median over seeds of ratio_seed"),
+                           "same tokens); NaN where either run is censored (its ratio is only bounded)"),
+        "ratio_low": Meta("1", "lower bound of the median ratio",
+                          "median over seeds of each paired ratio's lower end: the ratio itself, t_max / "
+                          "T(linear) where only the equal run is censored, 0 where the linear one is"),
+        "ratio_high": Meta("1", "upper bound of the median ratio",
+                           "median over seeds of each paired ratio's upper end: the ratio itself, "
+                           "T(equal) / t_max where only the linear run is censored, inf where the equal one "
+                           "is"),
+        "ratio": Meta("1", "equal over linear clustering time",
+                      "median over seeds of the paired ratio, censored pairs as the intervals they bound: "
+                      "where ratio_low = ratio_high; NaN where censoring leaves the median undetermined"),
         "censored_equal": Meta("1", "fraction censored, equal strengths",
                                "fraction of seeds with equal strengths not clustered by t_max"),
         "censored_linear": Meta("1", "fraction censored, linear strengths",
@@ -287,14 +296,23 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
                                "Student-t interval of fit_power from the likelihood's curvature"),
         "fit_power_intercept": Meta("1", "power-law fit intercept", "intercept of log L against log beta"),
         "fit_verdict": Meta("1", "favoured growth law", "which of the two fits the data favour, in words"),
+        "fit_loglik_margin": Meta("1", "log-likelihood margin of the verdict",
+                                  "maximised log-likelihood of the exponential fit minus the power law's "
+                                  "(the verdict needs more than 2 either way)"),
+        "fit_runs": Meta("1", "runs fitted", "runs with a plateau entering the fits"),
+        "fit_censored": Meta("1", "censored runs fitted",
+                             "runs fitted whose plateau outlasted t_max (lower bounds)"),
     },
     "entropy": {
-        "entropy": Meta("1", "attention entropy (nats)", "mean over seeds, heads and tokens of the attention "
-                                                         "entropy, natural logarithm"),
+        "entropy": Meta("1", "attention entropy (nats)", "mean over seeds (where several), heads and tokens "
+                                                         "of the attention entropy, natural logarithm"),
         "log_n": Meta("1", "log n (nats)", "the largest entropy, log n: the entropy's limit (Thm 27)"),
-        "thm27_residual": Meta("1", "Thm 27 residual",
-                               "largest gap between the entropy change and the integral of its exact rate, "
-                               "relative (0: Thm 27's rate holds)"),
+        "rate_quadrature_error": Meta("1", "quadrature error of the sampled entropy rate",
+                                      "largest gap between the entropy change and the integral, by Simpson's "
+                                      "rule over the samples, of the stored exact rate, relative to the "
+                                      "change: the quadrature's error at this sampling (it shrinks like "
+                                      "dt^4), not a test of Thm 27's identity, which holds at every sample "
+                                      "to round-off"),
         "min_entropy_step": Meta("1", "smallest entropy step (nats)",
                                  "smallest change of the entropy between samples (>= 0: non-decreasing)"),
     },

@@ -94,24 +94,27 @@ class BetaStar(Experiment):
         "batch_over": ["beta", "n", "heads"],
     }
     caption = ("Per (attention, H) column and head structure: the fraction of runs in which every "
-               "head's energy is non-decreasing up to the clustering time (rows 1, 3) and the mean "
-               "fraction of that time spent inside Radial Dominance (rows 2, 4), over n and beta, "
-               "uniform random starts (Thm 19). Black dashed: the closed form beta*(H, n) (hatched "
-               "where beta* <= 0); red circles: the orthogonal-token check (bisection on the measured "
-               "margin); white diamonds: the measured threshold per n, mean and 95% interval over "
-               "the seeds whose threshold is on the grid (rows 1, 3: every head monotone fails above it; "
-               "rows 2, 4: the start leaves Radial Dominance above it), shown where most seeds have "
-               "one (triangles: most seeds above or below the grid).")
+               "head's energy is non-decreasing up to the clustering time (the 'heads monotone' rows; "
+               "none for equal scalar heads, where it is 1 by construction) and the mean fraction of that "
+               "time spent inside Radial Dominance (the 'in Radial Dom.' rows), over n and beta, uniform "
+               "random starts (Thm 19). Black dashed: the closed form beta*(H, n) (hatched where beta* <= "
+               "0); red circles: the orthogonal-token check (bisection on the measured margin); white "
+               "diamonds: the measured threshold per n, mean and 95% interval over the seeds whose "
+               "threshold is on the grid (heads monotone: every head monotone fails above it; Radial "
+               "Dominance: the start leaves it above it), shown where most seeds have one (triangles: "
+               "most seeds above or below the grid).")
     reading = ("The closed form is a sufficient condition at one configuration (orthogonal tokens, "
                "equal scalar heads): it says nothing fails below the dashed curve. The colour shows "
                "where monotonicity actually fails: with equal scalar heads every head is monotone at "
-               "every beta (the heads coincide, so the total's monotonicity carries over) although "
+               "every beta (the heads coincide, so the total's monotonicity carries over: that row is "
+               "not drawn) although "
                "Radial Dominance is left well above beta*; with softmax block heads monotonicity fails "
                "above a measured threshold (diamonds) that can be compared with the curve, while usa "
                "block heads lose it already at the grid's smallest beta (triangles below it). The "
-               "diamonds of rows 2 and 4 date the start leaving Radial Dominance; the colour there is "
-               "the share of the run spent inside it, so the two need not agree. The red circles sit "
-               "on the curve: they check the formula by bisection on the measured margin.")
+               "diamonds of the Radial Dominance rows date the start leaving Radial Dominance; "
+               "the colour there is the share of the run spent inside it, so the two need not "
+               "agree. The red circles sit on the curve: they check the formula by bisection on the "
+               "measured margin.")
 
     refine_axis = "beta"
     # 2: its per-run booleans (mono_t0, mono_path, rd_t0) are summarised as 0/1 floats, so a grid
@@ -196,7 +199,11 @@ class BetaStar(Experiment):
 
         ds = self.with_axes(summary, spec)
         columns = [(a, H) for a in ds.attention.values for H in ds.H.values]
-        rows = [(heads, q) for heads in ds.heads.values for q in ("mono", "rd")]
+        # Equal scalar heads coincide, so each head's energy is the total's share and monotone wherever the
+        # total is (always): that row is 1 by construction and says nothing; it is left out, and said so.
+        equal = spec.fixed.get("lambda_dist", "equal") == "equal"
+        trivial = [(heads, "mono") for heads in ds.heads.values if heads == "scalar" and equal]
+        rows = [(heads, q) for heads in ds.heads.values for q in ("mono", "rd") if (heads, q) not in trivial]
         # The (attention, H) columns side by side while each keeps 1.3 in, else in further blocks of rows.
         width = figure_width()
         ncols = columns_for(len(columns), 1.3)
@@ -270,8 +277,11 @@ class BetaStar(Experiment):
             handle.set_label(wrap(handle.get_label(), 0.9 * width / ncol - 0.4))
         fig.legend(handles=handles, loc="outside lower center", ncol=ncol)
         fixed = self.describe_fixed(spec, ("d", "init", "lambda_dist", "lambda_bar", "t_max"))
+        omitted = ("; equal scalar heads' monotonicity not drawn: 1 by construction (the heads "
+                   "coincide)" if trivial else "")
         fig.suptitle(wrap("Critical inverse temperature (Thm 19): per-head monotonicity and Radial Dominance "
-                          f"up to the clustering time; {fixed}; seeds={len(ds.seed)}", 0.95 * width, 9))
+                          f"up to the clustering time; {fixed}; seeds={len(ds.seed)}{omitted}",
+                          0.95 * width, 9))
         return fig
 
 

@@ -104,10 +104,10 @@ class ClusteringTime(Experiment):
                "/ rate(gamma0), a bound while the drive grows with gamma: at n = 2 and small d it is not "
                "(d = 8: 2% short; the default d >= 64 keeps it above)); slopes fitted where "
                "each bound's linearisation holds (shaded), over every n where fewer than two n are "
-               "shaded (marked 'all n'). (c) the same against d. (d) uniform random "
-               "starts (clustering_time-uniform.png): clusters left at t_max and (e) runs that never "
-               "reached the level. (f) particles against the closed form.")
-    reading = ("On equiangular tokens the particles sit on the closed-form lines (panel f: the relative "
+               "shaded (marked 'all n'). (c) the same against d. (d) particles against the closed form. "
+               "Uniform random starts, in clustering_time-uniform.png: (a) clusters left at t_max and (b) "
+               "runs that never reached the level.")
+    reading = ("On equiangular tokens the particles sit on the closed-form lines (panel d: the relative "
                "gap is the solver's tolerance). Relu has no drive at gamma = 0 and escapes gamma0 = "
                "1/sqrt(d) exponentially at rate 2 beta sum lambda^2 / n. The n log d of its bound shows "
                "in the dependence on d: in panel c relu's time is linear in log d with slope close to "
@@ -120,11 +120,12 @@ class ClusteringTime(Experiment):
                "gather, so the measured exponent in n is far below 1 (fitted over every n of the "
                "default grid, whose shaded regime holds one n): O(n) is a bound, not the scaling. "
                "From random tokens relu weights vanish between tokens with negative cosine: "
-               "relu runs freeze into several clusters (panel d), which a censored time alone would hide.")
+               "relu runs freeze into several clusters (clustering_time-uniform.png, panel a), "
+               "which a censored time alone would hide.")
 
     pinned = {
         "cluster_metric": ("gamma_mean", "the time for the mean cosine to reach each cluster_threshold"),
-        "stop_at_cluster": (False, "panel d counts the clusters left at t_max"),
+        "stop_at_cluster": (False, "the uniform-start figure counts the clusters left at t_max"),
         **{key: (value, "the closed form is the equiangular ODE of equal scalar heads")
            for key, value in (("heads", "scalar"), ("lambda_dist", "equal"))},
     }
@@ -351,7 +352,7 @@ class ClusteringTime(Experiment):
         ax.hist(np.log10(np.clip(gap[np.isfinite(gap)], 1e-16, None)), bins=20, color="0.4")
         ax.set_xlabel(r"$\log_{10}$ |T particles / T closed form - 1|")
         ax.set_ylabel("cells")
-        ax.set_title(wrap(f"(f) particles against the closed-form integral (rtol {spec.fixed.get('rtol'):g})",
+        ax.set_title(wrap(f"(d) particles against the closed-form integral (rtol {spec.fixed.get('rtol'):g})",
                           panel, 8))
         handles = [Line2D([], [], color="k", marker="o", ls="",
                           label="particles (filled: to 1/2, open: to 0.99)"),
@@ -398,7 +399,7 @@ class ClusteringTime(Experiment):
         log_ticks(ax, "y", [1, *n])  # most runs end in one cluster
         ax.set_xlabel("tokens $n$")
         ax.set_ylabel("clusters at $t_{max}$ (median, quartiles)")
-        ax.set_title(wrap(f"(d) clusters left at t_max = {spec.fixed['t_max']:g} (tokens joined where "
+        ax.set_title(wrap(f"(a) clusters left at t_max = {spec.fixed['t_max']:g} (tokens joined where "
                           f"<x_i, x_j> >= {1 - spec.fixed.get('cluster_eps', 0.01):g})", panel, 8))
         ax = axes[1]
         for att in ds.attention.values:
@@ -413,13 +414,13 @@ class ClusteringTime(Experiment):
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("tokens $n$")
         ax.set_ylabel("censored fraction")
-        ax.set_title(wrap("(e) runs that never reach the level by t_max", panel, 8))
+        ax.set_title(wrap("(b) runs that never reach the level by t_max", panel, 8))
         # One legend for both panels, under them: the colours are (attention, d) in both.
         handles = [h for h in axes[0].get_legend_handles_labels()[0]]
-        handles += [Line2D([], [], color="k", marker="o", ls="-", label=f"(e) to {levels[0]:g}")]
+        handles += [Line2D([], [], color="k", marker="o", ls="-", label=f"(b) to {levels[0]:g}")]
         if levels.size > 1:
             handles += [Line2D([], [], color="k", marker="o", mfc="none", ls=":",
-                               label=f"(e) to {levels[1]:g}")]
+                               label=f"(b) to {levels[1]:g}")]
         fig.legend(handles=handles, loc="outside lower center", ncol=3 if width >= 5 else 2)
         fixed = self.describe_fixed(spec, ("heads", "H", "beta", "lambda_bar"))
         fig.suptitle(wrap(f"Clustering from uniform random starts, relu vs softmax (Thm 25); {fixed}",

@@ -188,7 +188,9 @@ class Crossover(Experiment):
             pad = 0.25 * np.log(betas.max() / betas.min()) / max(betas.size - 1, 1)
             ax.set_xlim(betas.min() * np.exp(-pad), betas.max() * np.exp(pad))
             g_lo, g_hi = level_axis([levels.min(), levels.max()])
-            ax.set_ylim(g_lo - 0.12 * (g_hi - g_lo), g_hi + 0.2 * (g_hi - g_lo))  # room for the labels
+            # room for the labels: the values above the top row, the frozen shares under the bottom one
+            below = 0.35 if init == "uniform" else 0.12
+            ax.set_ylim(g_lo - below * (g_hi - g_lo), g_hi + 0.2 * (g_hi - g_lo))
             ax.set_xticks(betas, [f"{b:g}" for b in betas])
             ax.minorticks_off()
             ax.set_yticks(level_axis(levels), [f"{g:g}" for g in levels])
@@ -210,11 +212,12 @@ class Crossover(Experiment):
             annotate = measured.size <= ANNOTATE_CELLS
             missing = ~ds.ran.sel(init=init).transpose("beta", "cluster_threshold").values
             for (i, j), value in np.ndenumerate(measured if annotate else np.empty((0, 0))):
-                text = ("no data" if missing[i, j] else "relu\ncensored" if np.isinf(value)
-                        else "softmax\ncensored" if value == 0 else "both\ncensored" if np.isnan(value)
-                        else f"{value:.3g}")
-                ax.annotate(text, (B[i, j], G[i, j]), textcoords="offset points", xytext=(0, 5), ha="center",
-                            va="bottom", fontsize=MIN_TEXT, linespacing=0.9)
+                # A median censored either way is the grey square (legend): one line of text per marker,
+                # clear of the row above.
+                if missing[i, j] or finite[i, j]:
+                    ax.annotate("no data" if missing[i, j] else f"{value:.3g}", (B[i, j], G[i, j]),
+                                textcoords="offset points", xytext=(0, 5), ha="center", va="bottom",
+                                fontsize=MIN_TEXT)
             if init == "equiangular_typical":
                 censored = int(ds.attrs.get("equiangular_censored", 0))
                 title = ("(a) equiangular start gamma0 = 1/sqrt(d): particles (markers) on the closed "
@@ -225,13 +228,20 @@ class Crossover(Experiment):
                 frozen = ds.frozen_fraction.sel(init=init).transpose("beta", "cluster_threshold").values
                 hit = frozen > 0
                 ax.scatter(B[hit], G[hit], marker="x", s=80, c="k", linewidths=1.0, zorder=4)
-                for (i, j), f in np.ndenumerate(frozen if annotate else np.empty((0, 0))):
-                    if f > 0:
-                        ax.annotate(f"{f:.0%}", (B[i, j], G[i, j]), textcoords="offset points",
-                                    xytext=(0, -5), ha="center", va="top", fontsize=MIN_TEXT)
+                # The share of relu runs that froze, once per beta under its column (it barely depends on
+                # the level: the same runs freeze), not at every marker.
+                for i in range(betas.size):
+                    shares = frozen[i][hit[i]]
+                    if shares.size:
+                        low, high = shares.min(), shares.max()
+                        text = f"{low:.0%}" if np.isclose(low, high) else f"{low:.0%}-\n{high:.0%}"
+                        ax.annotate(text, (B[i, 0], g_lo - 0.08 * (g_hi - g_lo)), textcoords="offset points",
+                                    xytext=(0, -2), ha="center", va="top", fontsize=MIN_TEXT,
+                                    linespacing=0.9)
                 title = (f"(b) uniform random starts (median time over {ds.sizes['seed']} seeds) on the "
-                         "equiangular closed form; x and %: relu runs that froze into several clusters "
-                         f"(never reached the level by t_max = {spec.fixed['t_max']:g})")
+                         "equiangular closed form; x: some relu runs froze into several clusters (never "
+                         f"reached the level by t_max = {spec.fixed['t_max']:g}), their share under each "
+                         "beta's column")
             ax.set_title(wrap(title, panel, 8))
         fig.colorbar(mesh, ax=list(axes), shrink=0.8, location="right" if side else "bottom",
                      label=r"$\log_2\, T_{relu} / T_{softmax}$" + ("\n" if side else " ")
@@ -243,7 +253,8 @@ class Crossover(Experiment):
         if "uniform" in inits:
             handles += [Line2D([], [], color="k", marker="s", mfc="0.55", ls="",
                                label="grey square: median not reached by t_max (relu: half or more froze)"),
-                        Line2D([], [], color="k", marker="x", ls="", label="some relu runs froze (share)")]
+                        Line2D([], [], color="k", marker="x", ls="",
+                               label="some relu runs froze (share of runs: under the column)")]
         # Under the panels, off the data (the markers fill the panels' corners).
         for handle in handles:
             handle.set_label(wrap(handle.get_label(), (0.45 if side else 0.85) * width - 0.4))

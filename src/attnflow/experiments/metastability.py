@@ -140,6 +140,23 @@ def growth_fit(beta: np.ndarray, length: np.ndarray, censored=None, level: float
     return out
 
 
+def _verdict_line(sub, verdict: str) -> str:
+    """The verdict with its margin (Delta log L, exponential over power law) and the censored runs it rests
+    on, naming the betas where most runs are censored (their fit rests on the model's scatter)."""
+    if "fit_loglik_margin" not in sub:  # a summary of reduction 3
+        return verdict
+    margin, runs, cens = (float(sub[f"fit_{k}"]) for k in ("loglik_margin", "runs", "censored"))
+    if not np.isfinite(margin):
+        return verdict
+    text = f"{verdict}, \u0394log L = {margin:+.1f} (exp - power; > {LOGLIK_MARGIN:g} decides); " \
+           f"{cens:.0f} of {runs:.0f} runs censored"
+    censored = sub.plateau_censored.where(sub.plateau.notnull())
+    heavy = [f"{int(censored.sel(beta=b).sum())}/{int(censored.sel(beta=b).notnull().sum())} at "
+             f"\u03b2 = {float(b):g}" for b in sub.beta.values
+             if float(censored.sel(beta=b).mean()) > 0.5]
+    return text + (f" ({', '.join(heavy)})" if heavy else "")
+
+
 class Metastability(Experiment):
     name = "metastability"
     theorem = "result 10 (Geshkovski et al. 2024)"
@@ -198,7 +215,7 @@ class Metastability(Experiment):
     # 3: a plateau is entered by a merge and lasts as long as its age (the first transient is not one);
     # a run ending on a plateau is censored; the fits are censored-data (Tobit) maximum likelihood over
     # every run with a plateau, censored lengths as lower bounds.
-    reduction_version = 3
+    reduction_version = 4  # 4: the verdict's margin and the censored runs it rests on (fit_loglik_margin...)
     fixed_only = {key: "every cell shares one sample grid, the map's time axis"
                   for key in ("t_max", "n_samples")}
 
@@ -238,6 +255,9 @@ class Metastability(Experiment):
         keys = ("rate", "rate_half", "rate_intercept", "power", "power_half", "power_intercept")
         fits = {k: np.full((out.sizes["H"], out.sizes["d"]), np.nan) for k in keys}
         verdicts = np.empty((out.sizes["H"], out.sizes["d"]), dtype=object)
+        # What the verdict rests on: its margin, and how many of the runs fitted are lower bounds.
+        for k in ("loglik_margin", "runs", "censored"):
+            fits[k] = np.full((out.sizes["H"], out.sizes["d"]), np.nan)
         for i, H in enumerate(out.H.values):
             for j, d in enumerate(out.d.values):
                 sub = out.sel(H=H, d=d)
@@ -247,8 +267,10 @@ class Metastability(Experiment):
                 fit = growth_fit(beta.ravel(), length.ravel(), censored.ravel())
                 for k in keys:
                     fits[k][i, j] = fit[k]
+                fits["loglik_margin"][i, j] = fit.get("loglik_exp", np.nan) - fit.get("loglik_power", np.nan)
+                fits["runs"][i, j], fits["censored"][i, j] = fit["runs"], fit["censored"]
                 verdicts[i, j] = fit["verdict"]
-        for k in keys:
+        for k in fits:
             out[f"fit_{k}"] = (("H", "d"), fits[k])
         out["fit_verdict"] = (("H", "d"), verdicts.astype(str))
         return out
@@ -369,8 +391,9 @@ class Metastability(Experiment):
             ax.set_yscale("log")
             ax.set_xlabel(r"inverse temperature $\beta$")
             ax.set_ylabel("longest plateau length (time)")
-            ax.set_title(wrap(f"H = {H}, d = {d}: {verdict} (censored fit, open markers lower bounds; "
-                              "faded: beyond; ±: 95%)", figure_width() / len(combos) - 0.3, 8), fontsize=8)
+            ax.set_title(wrap(f"H = {H}, d = {d}: {_verdict_line(sub, verdict)} (censored fit, open markers "
+                              "lower bounds; faded: beyond; ±: 95%)", figure_width() / len(combos) - 0.3, 8),
+                         fontsize=8)
             # No entry for censored runs where there are none.
             legend_of_drawn(ax, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
         fig.colorbar(mesh, ax=list(axes[0]), label="median cluster count")

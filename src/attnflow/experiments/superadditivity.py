@@ -18,6 +18,20 @@ def linear_strengths(lambda_bar, spread, H):
     return lambda_bar[..., None] * (1.0 + spread[..., None] * offsets)
 
 
+def censored_ratio(equal: xr.DataArray, linear: xr.DataArray, t_max: float):
+    """Per seed, the interval ``[low, high]`` holding the paired ratio T(equal) / T(linear) when a censored
+    time (inf: not clustered by ``t_max``) only says T > t_max: both finite, the ratio; the equal run
+    censored, [t_max / T(linear), inf]; the linear one, [0, T(equal) / t_max]; both, [0, inf]. NaN where a
+    run failed."""
+    eq_in, lin_in = np.isfinite(equal), np.isfinite(linear)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = equal / linear
+        low = xr.where(eq_in & lin_in, ratio, xr.where(lin_in, t_max / linear, 0.0))
+        high = xr.where(eq_in & lin_in, ratio, xr.where(eq_in, equal / t_max, np.inf))
+    ran = equal.notnull() & linear.notnull()
+    return low.where(ran), high.where(ran)
+
+
 class Superadditivity(Experiment):
     name = "superadditivity"
     theorem = "Thm 22"
@@ -47,7 +61,9 @@ class Superadditivity(Experiment):
     caption = ("Ratio of clustering times T(equal heads) / T(linear spread, same total) over the mean "
                "strength lambda_bar and beta; > 1 (red) means unequal heads cluster faster (Thm 22). "
                "Rows: equiangular start (where the theorem lives) and uniform random starts (median of "
-               "the per-seed ratio, same tokens for both); columns: spread. Black: measured ratio = 1; "
+               "the per-seed ratio, same tokens for both; a censored run enters as the bound it is, and "
+               "a cell is blank where that leaves the median undetermined); columns: spread. Black: "
+               "measured ratio = 1; "
                "dashed: the early-time boundary lambda_c(beta); hatched: the early-rate prediction "
                "sum phi(lambda_h) > H phi(lambda_bar); wide pale green under the black line (top row): ratio "
                "= 1 of the closed-form time integral of the equiangular ODE.")
@@ -62,7 +78,9 @@ class Superadditivity(Experiment):
     refine_axis = "beta"
     # 2: censored_equal / censored_linear count the seeds that ran: a failed seed (issue 39) or a
     #    missing cell counted as not censored.
-    reduction_version = 2
+    # 3: a censored run enters the median ratio as the interval it bounds, not as +inf (or 0): the median
+    #    is known where the medians of the lower and upper ends agree (ratio_low, ratio_high), else NaN.
+    reduction_version = 3
 
     def refine_field(self, summary):
         ratio = summary.ratio.expand_dims(lambda_dist=["equal", "linear"])  # the grid's axes
@@ -78,8 +96,12 @@ class Superadditivity(Experiment):
         linear = out.t_cluster.sel(lambda_dist="linear")
         with np.errstate(invalid="ignore", divide="ignore"):
             per_seed = equal / linear  # the same seed has the same tokens in both: a paired ratio
-        out["ratio_seed"] = per_seed
-        out["ratio"] = per_seed.median("seed")
+        low, high = censored_ratio(equal, linear, float(spec.fixed["t_max"]))
+        out["ratio_seed"] = per_seed.where(np.isfinite(equal) & np.isfinite(linear))
+        # A censored time is a bound (> t_max), not a value: each pair's ratio lies in [low, high], so the
+        # median lies between the medians of the ends; it is known where they agree.
+        out["ratio_low"], out["ratio_high"] = low.median("seed"), high.median("seed")
+        out["ratio"] = out.ratio_low.where(out.ratio_low == out.ratio_high)
         # Of the seeds that ran (a failed seed, or a missing cell, is NaN: neither censored nor not).
         out["censored_equal"] = np.isinf(equal).where(equal.notnull()).mean("seed")
         out["censored_linear"] = np.isinf(linear).where(linear.notnull()).mean("seed")
@@ -184,8 +206,9 @@ class Superadditivity(Experiment):
                     ax.text(lam_vals[li], b_vals[bi], "c", ha="center", va="center", fontsize=MIN_TEXT + 1,
                             color=colour, fontweight="bold", path_effects=[halo])
                 lg, bg = np.meshgrid(lam_vals, b_vals)
-                log_ratio = np.log(np.clip(np.nan_to_num(ratio, nan=1.0), 1e-6, 1e6))
-                if log_ratio.min() < 0 < log_ratio.max():
+                # An undetermined median (NaN) is no ratio of 1: the contour leaves it out.
+                log_ratio = np.ma.masked_invalid(np.log(np.clip(ratio, 1e-6, 1e6)))
+                if log_ratio.count() and log_ratio.min() < 0 < log_ratio.max():
                     # Above everything else: the measurement is what the closed forms are read against.
                     ax.contour(lg, bg, log_ratio, levels=[0.0], colors="k", linewidths=1.4, zorder=5)
                 sign = theory.early_sign(linear_strengths(lf, spread, H), bf, n)
@@ -227,8 +250,8 @@ class Superadditivity(Experiment):
                    label="closed-form time ratio = 1 (equiangular ODE, equiangular starts; "
                          "under the black line where they agree)"),
             Line2D([], [], marker="$c$", color="k", ls="",
-                   label="some runs censored (not clustered by t_max); "
-                         "on a blank cell: all runs, with either strength distribution"),
+                   label="some runs censored (not clustered by t_max): in the median as the bounds "
+                         "they are; on a blank cell they leave the median undetermined"),
         ]
         ncol = 2 if width >= 5 else 1
         for handle in handles:
@@ -243,7 +266,7 @@ class Superadditivity(Experiment):
 
 def _mark_colour(mesh, value) -> str:
     """The censoring mark's colour on a cell of ``mesh`` drawn at ``value``: white on a dark cell, black
-    on a pale one or a blank one (NaN: every seed censored both ways), where white vanished."""
+    on a pale one or a blank one (NaN: the median undetermined by censoring), where white vanished."""
     if np.isnan(value):
         return "k"
     r, g, b, _ = mesh.to_rgba(value)
