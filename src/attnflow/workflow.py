@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -555,6 +556,13 @@ def _ids_of_today(cells, record: dict) -> dict:
                          if isinstance(record.get(key), dict)}}
 
 
+def every_seed_failed(line: str | None) -> bool:
+    """Whether a cell's ``seed_failures`` line (``"3 of 3 seeds failed: ..."``, simulation's
+    ``_failure_summary``) says that every seed failed: the cell is stored, but holds no number to use."""
+    match = re.match(r"(\d+) of (\d+) seeds failed", line or "")
+    return bool(match) and match[1] == match[2]
+
+
 def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
     """Every cell of the sweep -> its state: done | missing | failed (its error as detail) | corrupt |
     interrupted (finished by a job that was killed before writing its batch's store) | stale (its store
@@ -584,6 +592,7 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
             held, failed = record["cells"], record["failed"]
             state = store_health(sweep, batch, record, checksums)
             other = other_engines(sweep, batch, record)
+        seed_lines = (record or {}).get("seed_failures") or {}
         pending = set()  # cells a killed job checkpointed (rarely any: one listing)
         if sweep.layout.pending(batch).exists():
             for checkpoint in sweep.layout.pending(batch).iterdir():
@@ -599,6 +608,8 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
                     states[cid] = StoreState("done") if intact else state
                 if states[cid].ok and cid in other:
                     states[cid] = StoreState("stale", other[cid])
+                if states[cid].ok and every_seed_failed(seed_lines.get(cid)):  # stored, but nothing to use
+                    states[cid] = StoreState("failed", seed_lines[cid])
             elif cid in failed:
                 states[cid] = StoreState("failed", str(failed[cid]))
             elif cid in pending:
@@ -949,7 +960,7 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
            "other_engines",
-           "claim_results", "config_identity", "foreign_owner", "grids_digest", "orphan_health", "owner_of",
+           "claim_results", "config_identity", "every_seed_failed", "foreign_owner", "grids_digest", "orphan_health", "owner_of",
            "same_config", "store_health", "UnreadableOwner",
            "would_drop",
            "batch_params", "cell_states", "damage_line", "entries_params", "failed_cells", "failure_lines",
