@@ -114,7 +114,8 @@ def cell_name(cell: Cell, batch: str, config: dict) -> str:
     experiment = batch_experiment(batch)
     block = (config.get("experiments") or {}).get(experiment) or {}
     axes = list(block.get("grid") or {}) or [a for extra in block.get("extra_points") or () for a in extra]
-    axes = _axis_order(dict.fromkeys(axes), _default_axes(experiment, tuple(config.get("experiment_modules") or ())))
+    modules = tuple(config.get("experiment_modules") or ())
+    axes = _axis_order(dict.fromkeys(axes), _default_axes(experiment, modules))
     return grid_point_name(experiment, {a: getattr(cell, a) for a in axes if hasattr(cell, a)})
 
 
@@ -624,5 +625,6 @@ __all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "EngineConflict",
            "batch_experiment", "cell_id", "cells_phrase", "cell_name", "config_digest", "describe_failures",
            "engine_staleness", "failure_remedy", "recorded_engine_numerics", "recorded_engines",
            "stored_engine", "stored_engine_numerics",
-           "canonical_grid", "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points", "store_versions",
+           "canonical_grid", "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points",
+           "store_versions",
            "stored_cells", "summary_versions", "verify_batch"]

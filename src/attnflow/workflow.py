@@ -101,7 +101,7 @@ def owner_of(results: str | Path) -> dict | None:
         return None
     except (OSError, ValueError) as err:
         raise UnreadableOwner(f"{path} cannot be read ({err})") from None
-    if not isinstance(record, dict) or not any(k in record for k in ("path", "config_sha256", "grids_sha256")):
+    if not isinstance(record, dict) or not {"path", "config_sha256", "grids_sha256"} & set(record):
         raise UnreadableOwner(f"{path} is not an owner record ({json.dumps(record)[:60]})")
     return record
 
@@ -140,7 +140,8 @@ def same_config(owner: dict, ours: dict) -> bool:
         return True
     if owner.get("from_results") and owner.get("from_results") == ours["from_results"]:
         return True
-    return owner.get("grids_sha256") == ours["grids_sha256"] or owner.get("config_sha256") == ours["config_sha256"]
+    return (owner.get("grids_sha256") == ours["grids_sha256"]
+            or owner.get("config_sha256") == ours["config_sha256"])
 
 
 def _resolved(path: str) -> str:
@@ -188,7 +189,8 @@ def foreign_owner(sweep: Sweep, configfile: str | Path | None) -> str | None:
     return (f"results directory {sweep.results} belongs to config {owner.get('config')} (digest "
             f"{str(owner.get('grids_sha256') or owner.get('config_sha256'))[:12]}, recorded in "
             f"{sweep.layout.owner}); {name} running there would drop {what}. Give {name} its own "
-            f"`results:` (or leave it out: results/<its file name>), or {take_over}, or delete {sweep.results}")
+            f"`results:` (or leave it out: results/<its file name>), or {take_over}, or delete "
+            f"{sweep.results}")
 
 
 class ResultsBusy(RuntimeError):
@@ -960,7 +962,8 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
            "other_engines",
-           "claim_results", "config_identity", "every_seed_failed", "foreign_owner", "grids_digest", "orphan_health", "owner_of",
+           "claim_results", "config_identity", "every_seed_failed", "foreign_owner", "grids_digest",
+           "orphan_health", "owner_of",
            "same_config", "store_health", "UnreadableOwner",
            "would_drop",
            "batch_params", "cell_states", "damage_line", "entries_params", "failed_cells", "failure_lines",
