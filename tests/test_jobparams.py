@@ -26,3 +26,15 @@ def test_a_missing_or_edited_file_is_named(tmp_path):
         jobparams.get(layout, key)
     with pytest.raises(FileNotFoundError, match="0123456789abcdef.json are missing.*run `snakemake` again"):
         jobparams.get(layout, "0123456789abcdef")
+
+
+def test_an_edited_file_is_written_again_by_the_next_run(tmp_path):
+    # Before, put kept any file of the right name: one edited by hand failed every later job until deleted.
+    layout = Layout(tmp_path / "results")
+    key = jobparams.put(layout, "[1, 2]")
+    for edit in ("[1, 3]", "[1, 2, 3]", ""):  # the same size, another size, emptied
+        layout.job_params(key).write_text(edit)
+        assert jobparams.put(layout, "[1, 2]", write=False) == key  # a dry run writes nothing
+        assert layout.job_params(key).read_text() == edit
+        assert jobparams.put(layout, "[1, 2]") == key
+        assert jobparams.get(layout, key) == "[1, 2]"

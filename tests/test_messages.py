@@ -41,7 +41,8 @@ def test_results_in_the_working_copy_itself_or_on_two_lines_is_refused(monkeypat
 def test_export_refuses_two_outputs_in_one_file(tmp_path, monkeypatch, capsys, json_name):
     monkeypatch.chdir(tmp_path)
     config = beta_star_config(tmp_path)
-    code = attnflow_main(["export", "beta_star", "--configfile", str(config), "--csv", "F", "--json", json_name])
+    code = attnflow_main(["export", "beta_star", "--configfile", str(config), "--csv", "F",
+                          "--json", json_name])
     assert code == 2
     assert "name the same destination" in capsys.readouterr().err
     assert not (tmp_path / "F").exists() and not (tmp_path / "F-metadata.json").exists()

@@ -61,7 +61,8 @@ def test_the_owner_is_the_same_file_by_any_path(tmp_path):
     (tmp_path / "b").mkdir()
     config = beta_star_config(tmp_path / "a", name="exp.yaml")
     claim_results(load_sweep(config), config)
-    edited = beta_star_config(tmp_path / "a", name="exp.yaml", **{"experiments.beta_star.grid.beta": [0.5, 4.0]})
+    edited = beta_star_config(tmp_path / "a", name="exp.yaml",
+                              **{"experiments.beta_star.grid.beta": [0.5, 4.0]})
     other_path = tmp_path / "b" / ".." / "a" / "exp.yaml"
     os.symlink(tmp_path / "a", tmp_path / "linked")
     for path in (edited, other_path, tmp_path / "linked" / "exp.yaml"):

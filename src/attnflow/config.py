@@ -125,8 +125,8 @@ def load(path: str | Path) -> dict:
         raise ConfigError(f"{path}: cannot read the config ({err.strerror})") from None
     except UnicodeDecodeError as err:
         line = path.read_bytes()[:err.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: line {line}: not UTF-8 text (byte {err.object[err.start]:#04x}); save the "
-                          "config as UTF-8") from None
+        raise ConfigError(f"{path}: line {line}: not UTF-8 text (byte {err.object[err.start]:#04x}); save "
+                          "the config as UTF-8") from None
     loader = _StrictLoader(text)
     loader.name = str(path)
     try:
@@ -286,9 +286,10 @@ def check_results(results) -> None:
     results = os.path.expanduser(results)
     if Path(results).resolve() == Path(Path(results).resolve().anchor):
         raise ConfigError(f"results = {results!r}: the filesystem root; name a directory for the outputs")
-    if (Path(results).resolve() / "Snakefile").is_file() or (Path(results).resolve() / "pyproject.toml").is_file():
-        raise ConfigError(f"results = {results!r}: the working copy itself ({Path(results).resolve()}), whose "
-                          "files the outputs would mix with; name a directory of its own (results/<name>)")
+    where = Path(results).resolve()
+    if (where / "Snakefile").is_file() or (where / "pyproject.toml").is_file():
+        raise ConfigError(f"results = {results!r}: the working copy itself ({where}), whose files the "
+                          "outputs would mix with; name a directory of its own (results/<name>)")
     # The first path that exists on the way down must be a directory, or every write below fails late.
     for path in (Path(results), *Path(results).parents):
         if path.exists():
@@ -376,8 +377,8 @@ def validate(config: dict, *, reach_scheduler: bool = True, configfile: str | Pa
                 raise
             # The refined points' fault if the config's own grid passes: the file is named, not the config.
             check_experiment(experiments.get(name), unrefined[name], config["experiments"][name], skipped)
-            raise ConfigError(f"{refinement}: a point attnflow refine recorded for {name} is refused now: {err}; "
-                              "delete the file to drop the refined points") from None
+            raise ConfigError(f"{refinement}: a point attnflow refine recorded for {name} is refused now: "
+                              f"{err}; delete the file to drop the refined points") from None
     if not points:
         raise ConfigError("experiments: none can run here ("
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
@@ -387,7 +388,8 @@ def validate(config: dict, *, reach_scheduler: bool = True, configfile: str | Pa
         raise ConfigError(str(err)) from None
 
 
-def check_experiment(experiment: Experiment, spec: Spec, block: dict | None, skipped) -> dict[str, list[Point]]:
+def check_experiment(experiment: Experiment, spec: Spec, block: dict | None,
+                     skipped) -> dict[str, list[Point]]:
     """Every check of one experiment block; its grid points (none for one ``skipped`` on this machine)."""
     check_block(spec)
     check_fixed_off_grid(spec, block)
@@ -418,9 +420,11 @@ def refined_points(path: Path) -> dict[str, list[dict]]:
     out = {}
     for name, entry in experiments.items():
         points = entry.get("points", []) if isinstance(entry, dict) else entry
-        bad = (f"{name}.points = {json.dumps(points)[:80]}: not a list of points" if not isinstance(points, list)
-               else next((f"{name}.points[{i}] = {json.dumps(p)[:80]}: not a point (axis -> value)"
-                          for i, p in enumerate(points) if not isinstance(p, dict)), None))
+        if not isinstance(points, list):
+            bad = f"{name}.points = {json.dumps(points)[:80]}: not a list of points"
+        else:
+            bad = next((f"{name}.points[{i}] = {json.dumps(p)[:80]}: not a point (axis -> value)"
+                        for i, p in enumerate(points) if not isinstance(p, dict)), None)
         if bad:
             raise ConfigError(f"{path}: experiments.{bad}; restore the file, or delete it to drop every "
                               "refined point")
@@ -462,9 +466,9 @@ def with_refinement(specs: dict[str, Spec], path: Path, experiments=None) -> dic
                           "file, or run attnflow refine again)", stacklevel=3)
         off = [p for p in fitting if not _on_grid(spec, p, along)]
         if off:
-            warnings.warn(f"{path}: {len(off)} refined points of {name} lie off its grid as edited (the first: "
-                          f"{json.dumps(off[0])}): left out of the grid; put the grid's values "
-                          "back to bring them back, or delete the file to drop every refined point", stacklevel=3)
+            warnings.warn(f"{path}: {len(off)} refined points of {name} lie off its grid as edited (the "
+                          f"first: {json.dumps(off[0])}): left out of the grid; put the grid's values back "
+                          "to bring them back, or delete the file to drop every refined point", stacklevel=3)
             fitting = [p for p in fitting if _on_grid(spec, p, along)]
         if fitting:
             out[name] = dataclasses.replace(spec, extra_points=(*spec.extra_points, *map(dict, fitting)))

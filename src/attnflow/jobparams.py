@@ -7,8 +7,9 @@ hundreds of kilobytes. The rules pass instead the digest of that text (SHA-256),
 and the job reads the text from the file it names (``Layout.job_params``): the
 digest changes exactly when the text does, so a job reruns exactly when its
 cells change. The file is written wherever a run builds its jobs (the
-controller, a cluster node parsing the workflow again for its job), once: an
-existing file of that name already holds that text. A dry run writes none:
+controller, a cluster node parsing the workflow again for its job), unless a
+file of that name already holds that text (one edited or damaged is written
+again: a hand edit never fails every later run). A dry run writes none:
 Snakemake compares the digests, and only the job reads the file.
 """
 
@@ -32,7 +33,7 @@ def put(layout: Layout, text: str, write: bool = True) -> str:
     (or ``write`` is False: a dry run, or a run on another config's results, writes nothing)."""
     key = digest(text)
     path = layout.job_params(key)
-    if write and not path.exists():
+    if write and not _holds(path, text):  # absent, or edited or damaged since: written (again)
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written aside and renamed: a job on another node parsing at the same time never reads half a file.
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -40,6 +41,15 @@ def put(layout: Layout, text: str, write: bool = True) -> str:
             fh.write(text)
         os.replace(tmp, path)
     return key
+
+
+def _holds(path, text: str) -> bool:
+    """Whether the file at ``path`` holds ``text`` (its size first: an edit most often changes it)."""
+    data = text.encode()
+    try:
+        return path.stat().st_size == len(data) and path.read_bytes() == data
+    except FileNotFoundError:
+        return False
 
 
 def get(layout: Layout, key: str) -> str:
@@ -51,8 +61,8 @@ def get(layout: Layout, key: str) -> str:
         raise FileNotFoundError(f"job parameters {path} are missing: a run (not a dry run) writes them as it "
                                 "builds its jobs; run `snakemake` again") from None
     if digest(text) != key:
-        raise ValueError(f"job parameters {path} do not match their digest (edited or damaged): delete the "
-                         "file and run `snakemake` again, which writes it anew")
+        raise ValueError(f"job parameters {path} do not match their digest (edited or damaged since the "
+                         "run began): run `snakemake` again, which writes them anew")
     return text
 
 

@@ -117,7 +117,21 @@ def cell_name(cell: Cell, batch: str, config: dict) -> str:
     experiment = batch_experiment(batch)
     block = (config.get("experiments") or {}).get(experiment) or {}
     axes = list(block.get("grid") or {}) or [a for extra in block.get("extra_points") or () for a in extra]
-    return grid_point_name(experiment, {a: getattr(cell, a) for a in dict.fromkeys(axes) if hasattr(cell, a)})
+    modules = tuple(config.get("experiment_modules") or ())
+    axes = _axis_order(dict.fromkeys(axes), _default_axes(experiment, modules))
+    return grid_point_name(experiment, {a: getattr(cell, a) for a in axes if hasattr(cell, a)})
+
+
+@functools.lru_cache(maxsize=64)
+def _default_axes(experiment: str, modules: tuple) -> tuple:
+    """The axes of an experiment's default grid, in order (none for one the registry does not know)."""
+    from .experiments import ExperimentModuleError, registry
+
+    try:
+        experiments = registry(modules)
+    except (ExperimentModuleError, ValueError):  # the config's check names it; a name needs no order
+        return ()
+    return tuple(experiments.get(experiment).defaults.get("grid", {})) if experiment in experiments else ()
 
 
 def failure_remedy(cell: Cell, error: str) -> str:
@@ -175,9 +189,12 @@ def canonical_grid(grid: dict, experiment) -> dict:
     name first (by name), then the default grid's in its order (the shipped configs' order). The order
     of the grid points, so of a batch's cells and the batch's name, never depends on how a config lists
     its keys (a YAML formatter sorting them replans nothing)."""
-    known = list(experiment.defaults.get("grid", {}))
-    order = sorted(a for a in grid if a not in known) + [a for a in known if a in grid]
-    return {axis: grid[axis] for axis in order}
+    return {axis: grid[axis] for axis in _axis_order(grid, tuple(experiment.defaults.get("grid", {})))}
+
+
+def _axis_order(axes, known: tuple) -> list:
+    """``canonical_grid``'s order of ``axes``: those not in ``known`` by name, then ``known``'s in order."""
+    return sorted(a for a in axes if a not in known) + [a for a in known if a in axes]
 
 
 def point(spec: Spec, coords: dict) -> Point:
@@ -508,6 +525,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
                 if (cid in wanted_ids and cid not in have and not stale_engine(cid, ds)
                         and not (retry_failed and ds.attrs.get("n_seeds_failed"))):
                     have[cid], elsewhere[cid] = ds, other.name
+    budget = _under_lower_budget(cells, ids, have)  # max_steps raised: the cells that did not need it
     failed = {}
     unsaved: dict = {}  # computed since the last checkpoint
     last_checkpoint = time.monotonic()
@@ -524,7 +542,8 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
             name = names.get(cid, cid)
             if cid in have:
                 where = "" if cid in stored else f" (in {elsewhere[cid]})" if cid in elsewhere else \
-                    " (stored under its id with the engine)" if cid in rekeyed else \
+                    f" (its run under max_steps = {budget[cid]} never reached it: the same numbers)" \
+                    if cid in budget else " (stored under its id with the engine)" if cid in rekeyed else \
                     " (finished by a killed job)"
                 log(f"[{i}/{len(cells)}] {name}: complete{where}, skipped")
                 continue
@@ -586,6 +605,27 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     return BatchResult(path, placed, failed, seed_failures, held["engines"], held["engine_numerics"])
 
 
+def _under_lower_budget(cells: list[Cell], ids: list[str], have: dict[str, xr.Dataset]) -> dict[str, int]:
+    """Cells not in ``have`` whose run under a lower ``max_steps`` is (the budget raised, as a failure's
+    remedy says), with no seed failed and its certificate's companion run finished: a run never stopped
+    by its budget takes the same steps under a larger one, so its numbers are taken, relabelled, into
+    ``have``, never computed again. Only the cells that failed are. Returns id -> the budget it ran under."""
+    budgets = {int(ds.attrs["cell_max_steps"]) for ds in have.values() if "cell_max_steps" in ds.attrs}
+    out = {}
+    for cell, cid in zip(cells, ids, strict=True):
+        if cid in have:
+            continue
+        for lower in sorted((b for b in budgets if b < cell.max_steps), reverse=True):
+            ds = have.get(cell_id(dataclasses.replace(cell, max_steps=lower)))
+            if ds is not None and not ds.attrs.get("n_seeds_failed") and \
+                    not str(ds.attrs.get("certificate_variable", "")).startswith("companion run failed"):
+                have[cid] = ds.copy()
+                have[cid].attrs.update(cell_id=cid, cell_max_steps=cell.max_steps)
+                out[cid] = lower
+                break
+    return out
+
+
 def _engines_of(cells: dict[str, xr.Dataset]) -> dict[str, dict]:
     """What a store's record and a manifest say of its cells' engines: each cell's engine and the version
     of that engine's own numbers."""
@@ -598,5 +638,6 @@ __all__ = ["BatchResult", "CELL_ERRORS", "CHECKPOINT_SECONDS", "EngineConflict",
            "batch_experiment", "cell_id", "cells_phrase", "cell_name", "config_digest", "describe_failures",
            "engine_staleness", "failure_remedy", "recorded_engine_numerics", "recorded_engines",
            "stored_engine", "stored_engine_numerics",
-           "canonical_grid", "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points", "store_versions",
+           "canonical_grid", "grid_point_name", "point", "seed_footer", "resolve", "run_batch", "spec_points",
+           "store_versions",
            "stored_cells", "summary_versions", "verify_batch"]

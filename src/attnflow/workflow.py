@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -100,7 +101,7 @@ def owner_of(results: str | Path) -> dict | None:
         return None
     except (OSError, ValueError) as err:
         raise UnreadableOwner(f"{path} cannot be read ({err})") from None
-    if not isinstance(record, dict) or not any(k in record for k in ("path", "config_sha256", "grids_sha256")):
+    if not isinstance(record, dict) or not {"path", "config_sha256", "grids_sha256"} & set(record):
         raise UnreadableOwner(f"{path} is not an owner record ({json.dumps(record)[:60]})")
     return record
 
@@ -139,7 +140,8 @@ def same_config(owner: dict, ours: dict) -> bool:
         return True
     if owner.get("from_results") and owner.get("from_results") == ours["from_results"]:
         return True
-    return owner.get("grids_sha256") == ours["grids_sha256"] or owner.get("config_sha256") == ours["config_sha256"]
+    return (owner.get("grids_sha256") == ours["grids_sha256"]
+            or owner.get("config_sha256") == ours["config_sha256"])
 
 
 def _resolved(path: str) -> str:
@@ -187,7 +189,8 @@ def foreign_owner(sweep: Sweep, configfile: str | Path | None) -> str | None:
     return (f"results directory {sweep.results} belongs to config {owner.get('config')} (digest "
             f"{str(owner.get('grids_sha256') or owner.get('config_sha256'))[:12]}, recorded in "
             f"{sweep.layout.owner}); {name} running there would drop {what}. Give {name} its own "
-            f"`results:` (or leave it out: results/<its file name>), or {take_over}, or delete {sweep.results}")
+            f"`results:` (or leave it out: results/<its file name>), or {take_over}, or delete "
+            f"{sweep.results}")
 
 
 class ResultsBusy(RuntimeError):
@@ -555,6 +558,13 @@ def _ids_of_today(cells, record: dict) -> dict:
                          if isinstance(record.get(key), dict)}}
 
 
+def every_seed_failed(line: str | None) -> bool:
+    """Whether a cell's ``seed_failures`` line (``"3 of 3 seeds failed: ..."``, simulation's
+    ``_failure_summary``) says that every seed failed: the cell is stored, but holds no number to use."""
+    match = re.match(r"(\d+) of (\d+) seeds failed", line or "")
+    return bool(match) and match[1] == match[2]
+
+
 def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
     """Every cell of the sweep -> its state: done | missing | failed (its error as detail) | corrupt |
     interrupted (finished by a job that was killed before writing its batch's store) | stale (its store
@@ -584,6 +594,7 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
             held, failed = record["cells"], record["failed"]
             state = store_health(sweep, batch, record, checksums)
             other = other_engines(sweep, batch, record)
+        seed_lines = (record or {}).get("seed_failures") or {}
         pending = set()  # cells a killed job checkpointed (rarely any: one listing)
         if sweep.layout.pending(batch).exists():
             for checkpoint in sweep.layout.pending(batch).iterdir():
@@ -599,6 +610,8 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
                     states[cid] = StoreState("done") if intact else state
                 if states[cid].ok and cid in other:
                     states[cid] = StoreState("stale", other[cid])
+                if states[cid].ok and every_seed_failed(seed_lines.get(cid)):  # stored, but nothing to use
+                    states[cid] = StoreState("failed", seed_lines[cid])
             elif cid in failed:
                 states[cid] = StoreState("failed", str(failed[cid]))
             elif cid in pending:
@@ -949,7 +962,8 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
 
 __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggregate_job", "batch_health",
            "other_engines",
-           "claim_results", "config_identity", "foreign_owner", "grids_digest", "orphan_health", "owner_of",
+           "claim_results", "config_identity", "every_seed_failed", "foreign_owner", "grids_digest",
+           "orphan_health", "owner_of",
            "same_config", "store_health", "UnreadableOwner",
            "would_drop",
            "batch_params", "cell_states", "damage_line", "entries_params", "failed_cells", "failure_lines",

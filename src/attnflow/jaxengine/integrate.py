@@ -149,7 +149,12 @@ def _integrate(rules: Rules, tol: Tolerances, x0, heads, beta, t0, t1, ts, gap, 
     ``(ts[k-1], ts[k]]`` (the ``energy_path`` group)."""
     term = diffrax.ODETerm(lambda t, x, args: _field(rules, x, heads, beta).velocity)
     if rules.fixed_step is None:
-        controller = diffrax.PIDController(rtol=tol.rtol * ERROR_SCALE, atol=tol.atol * ERROR_SCALE)
+        # A step below round-off of t ends the run as the numba engine's does (step-size underflow: a
+        # blow-up or a stiffness no step resolves), not after max_steps rejected or round-off-sized steps.
+        # 16 eps max(|t|, 1) at the interval's far end: numba's bound at the time reached, or above it.
+        dtmin = 16.0 * jnp.finfo(jnp.float64).eps * jnp.maximum(jnp.maximum(jnp.abs(t0), jnp.abs(t1)), 1.0)
+        controller = diffrax.PIDController(rtol=tol.rtol * ERROR_SCALE, atol=tol.atol * ERROR_SCALE,
+                                           dtmin=dtmin, force_dtmin=False)
         dt0 = None
     else:
         controller, dt0 = diffrax.ConstantStepSize(), rules.fixed_step
@@ -272,6 +277,9 @@ def batch_solver(rules: Rules):
             # verdict)
             "n_rhs_calls": (6 + path) * (accepted + rejected) + 2 + (T if rules.needs_field else 0),
             "t_cluster": t_cluster, "t_stop": t_stop, "norm_drift": drift, "max_retraction": removed,
-            "ok": _ok(sol.result), "budget": sol.result == diffrax.RESULTS.max_steps_reached}
+            # dtmin flagged as the run ended (a last sliver of a step, within round-off of the end): it
+            # reached the end, so it did not underflow
+            "ok": _ok(sol.result) | ((sol.result == diffrax.RESULTS.dt_min_reached) & (t_stop >= t_eval[-1])),
+            "budget": sol.result == diffrax.RESULTS.max_steps_reached}
 
     return jax.jit(batch)
