@@ -96,14 +96,21 @@ def group_cells(cells: Mapping[str, xr.Dataset], attrs: Mapping | None = None) -
 
 def _grid_fields(members: list[xr.Dataset]) -> list[str]:
     """The Cell fields stored as coordinates along ``cell``: those every cell holds as a scalar of one type
-    (sequences, and a field some cell leaves unset, stay attributes), not named like a variable."""
+    (sequences, and a field some cell leaves unset, stay attributes), not named like a variable. A
+    setting only some choices read (``CONDITIONAL_FIELDS``: gamma0 beside init equiangular) that no cell
+    of the group reads (at its default in every one, where Cell puts an unread field) stays an attribute
+    too: each coordinate costs a store three members and their metadata."""
+    from .cell import _DEFAULTS, CONDITIONAL_FIELDS
+
     first = members[0]
     out = []
     for key, value in first.attrs.items():
         field = key[len(FIELD):]
         if (key.startswith(FIELD) and field != "id" and isinstance(value, _SCALARS) and coordinate(field)
                 and field not in first.variables and field not in first.dims
-                and all(type(ds.attrs.get(key)) is type(value) for ds in members)):
+                and all(type(ds.attrs.get(key)) is type(value) for ds in members)
+                and not (field in CONDITIONAL_FIELDS
+                         and all(ds.attrs[key] == _DEFAULTS[field] for ds in members))):
             out.append(field)
     return out
 

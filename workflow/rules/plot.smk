@@ -1,14 +1,5 @@
-def figure_report_caption(wildcards):
-    """The caption, which the report prints once (attnflow.report.Caption)."""
-    from attnflow.report import Caption
-
-    return Caption(figure_caption_of(wildcards))
-
-
-def figure_report_labels(wildcards):
-    from attnflow.report import figure_labels
-
-    return figure_labels(LAYOUT, wildcards.figure)
+# The report's labels of a figure and its caption, printed once (attnflow.report).
+from attnflow.report import Caption, figure_labels
 
 
 rule plot:
@@ -22,12 +13,12 @@ rule plot:
             str(LAYOUT.figure("{figure}", "png")),
             caption="../report/figure.rst",
             category="Figures",
-            labels=figure_report_labels,
+            labels=lambda wildcards: figure_labels(LAYOUT, wildcards.figure),
         ),
         pdf=str(LAYOUT.figure("{figure}", "pdf")),
     params:
         modules=MODULES,
-        caption=figure_report_caption,
+        caption=lambda wildcards: Caption(figure_caption_of(wildcards)),
         width=config.get("figure_width", 7.0),
         part=figure_part,
     conda:
