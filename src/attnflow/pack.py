@@ -189,11 +189,13 @@ def as_cells(group: xr.Dataset) -> xr.Dataset:
     if GRID not in group.attrs:
         return group
     grid = _per_cell_grid(group)
+    # As layout 1 held them: a value every cell shares among the group's attributes, the others per cell.
+    shared = {k: v for k, v in grid[0].items() if all(_same(g[k], v) for g in grid)} if grid else {}
     varying = json.loads(group.attrs.get(CELL_ATTRS, "[]"))
     out = group.drop_vars([f for f in group.attrs[GRID] if f in group.coords])
-    out.attrs = {**{k: v for k, v in group.attrs.items() if k != GRID},
-                 CELL_ATTRS: json.dumps([{**g, **own} for g, own in zip(grid, varying, strict=True)],
-                                        default=_plain)}
+    out.attrs = {**{k: v for k, v in group.attrs.items() if k not in (GRID, CELL_ATTRS)}, **shared,
+                 CELL_ATTRS: json.dumps([{**{k: v for k, v in g.items() if k not in shared}, **own}
+                                         for g, own in zip(grid, varying, strict=True)], default=_plain)}
     return out
 
 
