@@ -16,6 +16,10 @@ if not workflow.configfiles:
 include: "workflow/rules/common.smk"
 
 
+# The report's landing page (snakemake --report): what the sweep is, how to read it, the docs.
+report: "workflow/report/workflow.rst"
+
+
 rule all:
     input:
         [str(path) for name in EXPERIMENT_NAMES for path in LAYOUT.figures(name)],

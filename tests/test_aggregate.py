@@ -94,14 +94,14 @@ def test_failed_seeds_are_left_out_of_the_reduction():
     from attnflow import Cell, simulate
     from attnflow.aggregate import _reduce_good_seeds
     from attnflow.experiments import registry
-    from attnflow.pack import group_cells, select
+    from attnflow.pack import as_cells, group_cells, select
 
     energy, beta_star = registry().get("energy"), registry().get("beta_star")
     cells = {f"c{k}": simulate(Cell(H=2, n=4, d=3, beta=beta, seeds=3, t_max=1.0, n_samples=6,
                                      observables=["energy", "velocity", "radial"]))
              for k, beta in enumerate((0.5, 4.0))}
     cells["c0"]["failed"][1] = True
-    (group,) = group_cells(cells).values()
+    (group,) = map(as_cells, group_cells(cells).values())  # as the aggregation reads a store's group
     for experiment in (energy, beta_star):
         got = _reduce_good_seeds(experiment, group)
         alone = experiment.reduce(select(group, ["c0"]).isel(seed=[0, 2]))

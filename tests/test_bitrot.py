@@ -50,9 +50,9 @@ def _rot(store) -> list[str]:
     chunk's group (which the next run recomputes)."""
     record = record_of(store)
     chunk = next(m for m in sorted(record["members"])
-                 if "/energy/" in m and not m.endswith((".zarray", ".zattrs")))
+                 if m.split("/")[-2:-1] == ["energy"] and not m.endswith((".zarray", ".zattrs")))
     _rot_member(store, chunk)
-    group = chunk.split("/")[0]
+    group = chunk.split("/")[0] if chunk.count("/") == 2 else ""  # a store of one group holds it at its root
     return sorted(cid for cid, g in record["cells"].items() if g == group)
 
 

@@ -7,7 +7,7 @@ import xarray as xr
 
 from attnflow import Cell, simulate
 from attnflow.experiments import orthogonality as orth
-from attnflow.pack import group_cells
+from attnflow.pack import as_cells, group_cells
 from attnflow.tokens import unit_rows
 
 LAM = 1.0
@@ -75,7 +75,7 @@ def runs():
     # Flat usa runs blow up: a short horizon.
     cells["c2"] = cells["c2"].replace(t_max=0.05, n_samples=13)
     stores = {key: simulate(cell, certify=False) for key, cell in cells.items()}
-    return {key: group_cells({key: ds})["g0"] for key, ds in stores.items()}
+    return {key: as_cells(group_cells({key: ds})[""]) for key, ds in stores.items()}  # as aggregate reads it
 
 
 def test_numpy_rates_are_the_engines(runs):

@@ -119,6 +119,17 @@ def test_report_builds(tiny_run):
     run(tmp, config, "--report", str(tmp / "report.html"))
     html = (tmp / "report.html").read_text()
     assert "Radial Dominance" in html or len(html) > 100_000
+    # A landing page (workflow/report/workflow.rst), rendered with the run's experiments.
+    assert "How to read it" in html and "docs/experiments.md" in html and "toy_margin" in html
+    # A label per figure: its experiment and part.
+    assert '"labels": {"experiment": "clustering_time", "part": "uniform"}' in html
+    assert '"labels": {"experiment": "beta_star", "part": "-"}' in html
+    # Each caption once: in the figure's description, not again among the job's parameters.
+    from attnflow.experiments import registry
+
+    caption = registry().get("entropy").caption
+    assert html.count(caption[:60]) == 1, html.count(caption[:60])
+    assert "caption=(the caption above)" in html
 
 
 def test_rerun_is_noop_and_new_values_run_only_their_jobs(tiny_run):

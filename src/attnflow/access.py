@@ -258,8 +258,11 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
         return pieces[0].isel(cell=0, drop=True)
     out = xr.concat(pieces, dim="cell", join="outer", coords="minimal", compat="override",
                     combine_attrs="drop_conflicts")
-    for name in pieces[0].variables:  # a description naming each cell's threshold: joined, not dropped
-        out[name].attrs = merged_attrs([piece[name].attrs for piece in pieces])
+    # A description naming each cell's threshold: joined, not dropped. A variable some cells lack (flat
+    # geometry's norm_change, the sphere's norm_drift) is NaN in the others, described by those that have it.
+    for name in out.variables:
+        if having := [piece[name].attrs for piece in pieces if name in piece.variables]:
+            out[name].attrs = merged_attrs(having)
     out = out.swap_dims(cell=axes[0]) if len(axes) == 1 else out.set_index(cell=axes).unstack("cell")
     out.attrs["engines"] = ", ".join(f"{engine}: {count}" for engine, count in sorted(engines.items()))
     return with_coordinates(out)  # the grid axes: units, long name, description

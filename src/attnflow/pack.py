@@ -96,14 +96,21 @@ def group_cells(cells: Mapping[str, xr.Dataset], attrs: Mapping | None = None) -
 
 def _grid_fields(members: list[xr.Dataset]) -> list[str]:
     """The Cell fields stored as coordinates along ``cell``: those every cell holds as a scalar of one type
-    (sequences, and a field some cell leaves unset, stay attributes), not named like a variable."""
+    (sequences, and a field some cell leaves unset, stay attributes), not named like a variable. A
+    setting only some choices read (``CONDITIONAL_FIELDS``: gamma0 beside init equiangular) that no cell
+    of the group reads (at its default in every one, where Cell puts an unread field) stays an attribute
+    too: each coordinate costs a store three members and their metadata."""
+    from .cell import _DEFAULTS, CONDITIONAL_FIELDS
+
     first = members[0]
     out = []
     for key, value in first.attrs.items():
         field = key[len(FIELD):]
         if (key.startswith(FIELD) and field != "id" and isinstance(value, _SCALARS) and coordinate(field)
                 and field not in first.variables and field not in first.dims
-                and all(type(ds.attrs.get(key)) is type(value) for ds in members)):
+                and all(type(ds.attrs.get(key)) is type(value) for ds in members)
+                and not (field in CONDITIONAL_FIELDS
+                         and all(ds.attrs[key] == _DEFAULTS[field] for ds in members))):
             out.append(field)
     return out
 
@@ -182,11 +189,13 @@ def as_cells(group: xr.Dataset) -> xr.Dataset:
     if GRID not in group.attrs:
         return group
     grid = _per_cell_grid(group)
+    # As layout 1 held them: a value every cell shares among the group's attributes, the others per cell.
+    shared = {k: v for k, v in grid[0].items() if all(_same(g[k], v) for g in grid)} if grid else {}
     varying = json.loads(group.attrs.get(CELL_ATTRS, "[]"))
     out = group.drop_vars([f for f in group.attrs[GRID] if f in group.coords])
-    out.attrs = {**{k: v for k, v in group.attrs.items() if k != GRID},
-                 CELL_ATTRS: json.dumps([{**g, **own} for g, own in zip(grid, varying, strict=True)],
-                                        default=_plain)}
+    out.attrs = {**{k: v for k, v in group.attrs.items() if k not in (GRID, CELL_ATTRS)}, **shared,
+                 CELL_ATTRS: json.dumps([{**{k: v for k, v in g.items() if k not in shared}, **own}
+                                         for g, own in zip(grid, varying, strict=True)], default=_plain)}
     return out
 
 

@@ -449,7 +449,9 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
 
     The store's cells are reused if its record matches (every byte checked):
     all of a complete store's, the intact groups' of a corrupt one (the damaged
-    ones are computed again), none of a stale one's (another numerics version).
+    ones are computed again), none of a stale one's (another numerics version)
+    but where only its layout is older (``store_layout``): those are all kept and
+    written again in the current layout, nothing computed.
     The cells computed are checkpointed into ``Layout.pending`` (a store each
     ``CHECKPOINT_SECONDS``, and one on the way out of a job stopped by Ctrl-C or
     SIGTERM), so a job killed mid-batch loses at most that much work (stopped:
