@@ -7,8 +7,12 @@ rule ticket:
     wildcard_constraints:
         ticket=TICKET_NAMES,
     params:
-        # Found by the main process, where this job runs (a local rule, run in a thread there).
+        # Found by the main process, which evaluates the parameters of a local job.
         text=lambda wildcards, output: TICKETS[output.ticket],
+    conda:
+        "../envs/attnflow.yaml"
+    log:
+        str(LAYOUT.log("ticket", "{ticket}")),
     localrule: True
-    shell:
-        "printf '%s' {params.text:q} > {output.ticket}.tmp && mv {output.ticket}.tmp {output.ticket}"
+    script:
+        "../scripts/ticket.py"
