@@ -28,6 +28,7 @@ rule all:
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/plot.smk"
+include: "workflow/rules/ticket.smk"
 
 
 # Before any job: the results directory's lock (a second controller fails here, running nothing).

@@ -114,7 +114,8 @@ def test_known_failures_are_not_retried_until_forced(failing_run):
     assert "retry_failures=True" in dry.stderr and "4 cells with failed seeds" in dry.stderr
     # Forced: the batches with failed seeds run again (once), recomputing just those cells.
     forced = dry_run(tmp, config, "--config", "retry_failures=True")
-    assert jobs_of(forced) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+    # (a ticket each first: the run writes it, the dry run lists its job)
+    assert jobs_of(forced) == {"ticket": 2, "simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
     # A line per cell retried: its grid point, then why it failed (no second parenthesis, no "cell(...)").
     retried = [line for line in forced.stderr.splitlines() if line.startswith("attnflow: retrying ")]
     assert len(retried) == 4 and not any(") (" in line or "cell(" in line for line in retried), retried

@@ -193,7 +193,7 @@ def test_two_configs_in_turn_leave_each_other_alone(beta_star_run, tmp_path, mon
     copy = tmp_path / "copy"
     copy.mkdir()
     assert planned(copy, other, "--config", "share_results=True") == \
-        {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+        {"ticket": 2, "simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
 
 
 @pytest.mark.workflow

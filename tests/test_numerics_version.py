@@ -169,7 +169,7 @@ def test_stale_stores_are_listed_and_exactly_they_are_recomputed(beta_star_run, 
     assert row.split()[1:3] == ["4", "2"] and row.split()[-1] == "2"  # cells, done ... stale
     # Judged stale at start-up, whatever the old version: the dry run says so and plans that batch.
     dry = dry_run(tmp_path, config)
-    assert jobs_of(dry) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
+    assert jobs_of(dry) == {"ticket": 1, "simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
     assert dry.stderr.count("is stale (") == 1 and f"{old.name} is stale" in dry.stderr
     if old_version == "none":
         return  # the run that follows is the one "previous" makes (one run shows the recomputation)
@@ -217,7 +217,7 @@ def test_stale_summaries_are_rebuilt_with_their_figures(tiny_run, tmp_path):
         _set_record(results / "summaries" / f"{name}.zarr.zip", **record)
         figures[name] = (results / "figures" / f"{name}.png").stat().st_mtime_ns
     stale = len(STALE_SUMMARIES)
-    assert planned(tmp_path, config) == {"aggregate": stale, "plot": stale, "all": 1}
+    assert planned(tmp_path, config) == {"ticket": stale, "aggregate": stale, "plot": stale, "all": 1}
     proc = run(tmp_path, config)
     for name, figure in figures.items():
         assert f"the summary of {name} is stale" in proc.stderr
@@ -258,9 +258,9 @@ def test_deleted_bookkeeping_is_rebuilt_by_the_next_run(beta_star_run, tmp_path)
     results = tmp_path / "results"
     summary = results / "summaries" / "beta_star.zarr.zip"
     summary.unlink()
-    assert planned(tmp_path, config) == {"aggregate": 1, "plot": 1, "all": 1}
+    assert planned(tmp_path, config) == {"ticket": 1, "aggregate": 1, "plot": 1, "all": 1}
     shutil.rmtree(results / "manifests")
-    assert planned(tmp_path, config) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+    assert planned(tmp_path, config) == {"ticket": 1, "simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
     before = snapshot(results / "simulations")
     proc = run(tmp_path, config)
     assert "the summary of beta_star is" in proc.stderr
@@ -269,7 +269,7 @@ def test_deleted_bookkeeping_is_rebuilt_by_the_next_run(beta_star_run, tmp_path)
     assert summary.exists()
     assert planned(tmp_path, config) == {}
     summary.unlink()  # the same damage again, after the rebuild: healed again
-    assert planned(tmp_path, config) == {"aggregate": 1, "plot": 1, "all": 1}
+    assert planned(tmp_path, config) == {"ticket": 1, "aggregate": 1, "plot": 1, "all": 1}
 
 
 @pytest.mark.workflow
@@ -375,4 +375,4 @@ def test_stores_of_the_per_cell_layout_are_reported_and_never_read(beta_star_run
     assert "1 stores in" in captured.err and "layout of attnflow 0.1" in captured.err
     report = json.loads(captured.out)["beta_star"]
     assert set(report["stale"]) == set(cells) and len(report["done"]) == 2
-    assert planned(tmp_path, config) == {"simulate": 1, "aggregate": 1, "plot": 1, "all": 1}
+    assert planned(tmp_path, config) == {"ticket": 1, "simulate": 1, "aggregate": 1, "plot": 1, "all": 1}

@@ -151,7 +151,7 @@ def test_a_one_value_edit_dry_run_is_short(beta_star_run, tmp_path):
     # per batch (the cells' JSON, 2 x 1.2 KB per cell and batch, before).
     import shutil
 
-    # On a copy of the fixture's results (the dry run writes repair tickets there, and the run after it
+    # On a copy of the fixture's results (the run after the dry run writes repair tickets there and
     # stores cells, which the session's later users of the fixture must not see), times kept.
     workdir, results = tmp_path, tmp_path / "results"
     shutil.copytree(beta_star_run[2], results)
@@ -163,14 +163,18 @@ def test_a_one_value_edit_dry_run_is_short(beta_star_run, tmp_path):
     proc = dry_run(workdir, more, quiet=False)
     # A dry run writes no job parameters (Snakemake compares the digests; only a job reads the file).
     assert sorted((results / "params").iterdir()) == written
-    assert jobs_of(proc) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+    assert jobs_of(proc) == {"ticket": 2, "simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
     printed = proc.stdout + proc.stderr
     # Each batch that gained a cell reruns: its params changed (a digest) and its manifest no longer
-    # records all its cells (a repair ticket, which Snakemake names first); no cell's JSON is quoted.
+    # records all its cells (a repair ticket, a job of the run, which Snakemake names first); no cell's
+    # JSON is quoted.
     assert printed.count("rule simulate:") == 2 and '"beta":' not in printed, printed
-    # The start-up check says why, in words, once per batch; so does the ticket Snakemake's reason names.
+    # The start-up check says why, in words, once per batch; so does the ticket Snakemake's reasons name:
+    # the ticket's job (missing) and the batch's (its input updated by that job).
     assert proc.stderr.count("gained 1 cell (its store holds the other 2): it runs, computing only") == 2
-    assert len(re.findall(r"reason: Updated input files: \S+/cells-added-\w+\.ticket$", printed, re.M)) == 2
+    assert len(re.findall(r"reason: Missing output files: \S+/cells-added-\w+\.ticket$", printed, re.M)) == 2
+    assert len(re.findall(r"reason: Input files updated by another job: \S+/cells-added-\w+\.ticket;",
+                          printed, re.M)) == 2
     # As printed for a results folder relative to the working directory, as the shipped configs give it
     # (the fixture's is absolute: a 40-character temporary directory before each of 30 paths).
     assert len(printed.replace(f"{workdir}/", "").encode()) < 5000, printed

@@ -76,6 +76,7 @@ def _status(args) -> int:
         foreign_owner,
         issue_repairs,
         issue_summary_tickets,
+        off_grid_cells,
         outdated_summaries,
         results_holder,
     )
@@ -99,11 +100,14 @@ def _status(args) -> int:
     if holder and (corrupt or outdated):
         print(f"attnflow status: a controller ({holder}) runs on {sweep.results}: no repair ticket "
               "written; run status again once it ends", file=sys.stderr)
+    off_grid = [_off_grid_line(name, stores) for name, stores in off_grid_cells(sweep).items()]
     if args.json:
         print(json.dumps(report, indent=1))  # cells by experiment; the summaries' state goes to stderr
         for name, why in outdated.items():
             print(f"attnflow status: summary {name}: {why} (the next `snakemake` rebuilds it and its "
                   "figure)", file=sys.stderr)
+        for line in off_grid:
+            print(f"attnflow status: {line}", file=sys.stderr)
         return 0
     print(f"{'experiment':24} {'cells':>6}" + "".join(f" {s:>11}" for s in STATES))
     for name, states in report.items():
@@ -129,6 +133,8 @@ def _status(args) -> int:
             print(f"stale {sweep.name_of(cid, name)}: {detail} (the next `snakemake` recomputes it)")
     for name, why in outdated.items():
         print(f"summary {name}: {why} (the next `snakemake` rebuilds it and its figure)")
+    for line in off_grid:
+        print(line)
     for name, cells in uncertified(sweep, args.certificate_bound).items():
         for cid, value in cells.items():
             print(f"uncertified {sweep.name_of(cid, name)}: certificate_error {value:.3g} > "
@@ -139,6 +145,15 @@ def _status(args) -> int:
 
     print(render(*progress(sweep, cores=args.cores, checksums=args.deep, declared=args.gpus)))
     return 0
+
+
+def _off_grid_line(experiment: str, stores: dict[str, int]) -> str:
+    """Status's line on the cells kept off an experiment's grid (``workflow.off_grid_cells``)."""
+    count = sum(stores.values())
+    return (f"kept off-grid {experiment}: {count} cell{'s' if count > 1 else ''} in {len(stores)} "
+            f"store{'s' if len(stores) > 1 else ''} ({', '.join(sorted(stores)[:2])}"
+            f"{', ...' if len(stores) > 2 else ''}), of grid values since removed: not in the summary; "
+            "put back, they are not computed again")
 
 
 def _schema(args) -> int:

@@ -469,7 +469,9 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     silently. A cell of ``engine: auto`` leaves the choice to the machine, and
     keeps a store of either engine (results brought from a GPU machine are not
     recomputed on the CPU). The store's record and the result name each cell's
-    engine.
+    engine. Cells the store holds that the batch no longer has (a value removed
+    from its grid) stay in it, off the grid, so that putting the value back
+    computes nothing; the result lists them with the others.
     """
     import shutil
 
@@ -498,8 +500,9 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
         log(f"{path.name}: {state.status} ({state.detail}); its "
             + ("intact cells are kept" if state.status == "corrupt" else
                "cells are kept" if have else "cells are computed again"))
+    grid = set(ids)
     if retry_failed:
-        again = [cid for cid, ds in have.items() if ds.attrs.get("n_seeds_failed")]
+        again = [cid for cid, ds in have.items() if cid in grid and ds.attrs.get("n_seeds_failed")]
         for cid in again:
             del have[cid]
         if again:
@@ -512,7 +515,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
 
     for cid, why in [(cid, why) for cid, ds in have.items() if (why := stale_engine(cid, ds))]:
         del have[cid]
-        log(f"{names.get(cid, cid)}: {why}: computed again")
+        log(f"{names.get(cid, cid)}: {why}: " + ("computed again" if cid in grid else "dropped (off grid)"))
     stored = set(have) - rekeyed  # rekeyed cells make the store be written again, under their ids
     resumed = {cid: ds for cid, ds in _pending_cells(pending).items()
                if cid not in have and not stale_engine(cid, ds)}
@@ -583,17 +586,24 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
                     "next run")
         raise
     done = [cid for cid in dict.fromkeys(ids) if cid in have]
-    if not done:
+    # Off the grid: kept, so that the value put back computes nothing (the summary leaves them out).
+    kept = [cid for cid in have if cid not in grid]
+    if kept:
+        log(f"{cells_phrase(len(kept))} the batch no longer has (a value removed from its grid) stay in "
+            f"{path.name}, off the grid: put back, they are not computed again")
+    if not done and not kept:
         path.unlink(missing_ok=True)  # every cell failed: no store
         placed = {}
-    elif state.ok and stored == set(done):
+    elif state.ok and stored == {*done, *kept}:
         placed = record_of(path)["cells"]  # nothing new: the store stays as it is
     else:
-        groups = group_cells({cid: have[cid] for cid in done}, store_attrs(batch, len(done)))
+        groups = group_cells({cid: have[cid] for cid in [*done, *kept]},
+                             store_attrs(batch, len(done) + len(kept)))
         placed = placement(groups)
         write(groups, path, versions=store_versions(), replace=True,
-              meta={"batch": batch, "cells": placed, **_engines_of({c: have[c] for c in done})})
-        log(f"{path.name}: {cells_phrase(len(done))} written ({len(set(done) - stored - rekeyed)} new)")
+              meta={"batch": batch, "cells": placed, **_engines_of({c: have[c] for c in [*done, *kept]})})
+        log(f"{path.name}: {cells_phrase(len(done))} written ({len(set(done) - stored - rekeyed)} new"
+            + (f"; {len(kept)} more off the grid" if kept else "") + ")")
     shutil.rmtree(pending, ignore_errors=True)
     seed_failures = {cid: str(have[cid].attrs["seed_failures"]) for cid in done
                      if have[cid].attrs.get("n_seeds_failed")}

@@ -225,17 +225,24 @@ def lock_results(results: str | Path) -> Path:
 def results_holder(results: str | Path) -> str | None:
     """``"pid N on host"`` of another controller holding the results directory's lock, else None.
 
-    Takes nothing: the workflow asks at parse time (before it knows whether it is
-    a dry run) so that it does not write repair tickets under a running controller.
-    Creates nothing where no lock file is (a dry run on fresh results leaves them so).
+    Takes nothing and writes nothing: the workflow asks at parse time (before it
+    knows whether it is a dry run) so that it issues no repair tickets under a
+    running controller, and a dry run leaves the results directory as it found it
+    (the lock file's bytes and time included). Creates nothing where no lock file is.
     """
-    if not Layout(results).lock.exists():
+    path = Layout(results).lock
+    if not path.exists() or path.resolve() in _HELD or _inherited_lock(path) is not None:
         return None
-    path, fd = _acquire(results)
-    if fd is None:
+    try:
+        fd = os.open(path, os.O_RDONLY)  # flock needs no write access: the file is not touched
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         return _holder(path)
-    if path.resolve() not in _HELD:
-        os.close(fd)  # it was free: give it back
+    finally:
+        os.close(fd)  # the lock, if it was free and so taken, goes with it
     return None
 
 
@@ -409,8 +416,9 @@ def _changed_cells(new: int, held: int, dropped: int) -> str:
     cells, records ``held`` of them and ``dropped`` cells the batch no longer has."""
     if not dropped:  # a value added to a grid axis (or a refined point)
         return f"gained {cells_phrase(new)} (its store holds the other {held})"
-    return (f"changed (its store holds {held} of its {new + held} cells, and {cells_phrase(dropped)} it no "
-            "longer has: a grid value edited, or written for another config or input file)")
+    # Cells a removed value left stay in the store (run_batch), off the grid: not a change by themselves.
+    return (f"changed (its store holds {held} of its {new + held} cells, and keeps {dropped} it no longer "
+            "has, off the grid: a grid value added, edited, or written for another config or input file)")
 
 
 def damage_line(sweep: Sweep, batch: str, path: str, state: StoreState) -> str:
@@ -621,25 +629,39 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
     return states
 
 
-def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
-    """Write a repair ticket for every finished batch with a damaged store; return the damage.
+def find_repairs(sweep: Sweep, checksums: bool = False) -> tuple[dict[str, list[tuple[str, StoreState]]],
+                                                                    dict[str, str]]:
+    """The damage of every finished batch with a damaged store (``unhealthy``) and the repair tickets it
+    calls for (path -> text), written by nobody yet.
 
     A ticket (``<what>-<digest>.ticket`` in ``Layout.repairs(batch)``, the damage as JSON;
     ``<what>`` is what the dry run's reason then shows, say ``store-missing``) is an
     input of the batch's simulate job, newer than its manifest: Snakemake reruns the
-    job, which recomputes the damaged stores alone. The digest covers the damage
-    and the manifest's time, so a dry run and the run after it share one ticket,
-    and a later damage gets a new one. Tickets stay as a record of what was healed.
-    ``checksums``: every byte read (``attnflow status`` does, so that the workflow
-    recomputes the bit rot status reports, which sizes and times cannot see).
+    job, which recomputes the damaged stores alone. The workflow's ``ticket`` rule
+    writes it, as the run's first job: a dry run lists that job and writes nothing.
+    The digest covers the damage and the manifest's time, so a run stopped after
+    writing a ticket finds it again, and a later damage gets a new one. Tickets
+    stay as a record of what was healed. ``checksums``: every byte read
+    (``attnflow status``, which writes its tickets itself: ``issue_repairs``).
     """
     damage = unhealthy(sweep, checksums)
+    tickets = {}
     for batch, problems in damage.items():
         manifest = sweep.layout.manifest(batch)
         seen = manifest.stat().st_mtime_ns if manifest.exists() else None
-        _write_ticket(sweep.layout.repairs(batch), "+".join(dict.fromkeys(map(_repair_word, problems))), {
+        what = "+".join(dict.fromkeys(map(_repair_word, problems)))
+        tickets.update([_ticket(sweep.layout.repairs(batch), what, {
             "manifest_mtime_ns": seen,
-            "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]})
+            "stores": [{"path": p, "status": s.status, "detail": s.detail} for p, s in problems]})])
+    return damage, tickets
+
+
+def issue_repairs(sweep: Sweep, checksums: bool = False) -> dict[str, list[tuple[str, StoreState]]]:
+    """Write the repair tickets ``find_repairs`` finds, now (``attnflow status``: bit rot the workflow's
+    start-up check cannot see); return the damage."""
+    damage, tickets = find_repairs(sweep, checksums)
+    for path, text in tickets.items():
+        write_ticket(path, text)
     return damage
 
 
@@ -660,14 +682,22 @@ def _summary_word(why: str) -> str:
     return f"summary-{why.split()[0]}"  # missing, corrupt, stale...
 
 
-def _write_ticket(directory: Path, what: str, record: dict) -> None:
-    """``<directory>/<what>-<digest of record>.ticket``, unless that ticket exists (a dry run wrote it):
-    ``what`` (say ``store-missing``) names the ticket where Snakemake's reason for its job shows it."""
+def _ticket(directory: Path, what: str, record: dict) -> tuple[str, str]:
+    """``(<directory>/<what>-<digest of record>.ticket, its text)``: ``what`` (say ``store-missing``) names
+    the ticket where Snakemake's reason for its job shows it."""
     text = json.dumps(record, indent=1, sort_keys=True)
-    ticket = directory / f"{what}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"
-    if not ticket.exists():
-        ticket.parent.mkdir(parents=True, exist_ok=True)
-        ticket.write_text(text)
+    return str(directory / f"{what}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.ticket"), text
+
+
+def write_ticket(path: str | Path, text: str) -> None:
+    """Write a ticket unless it is there (a run stopped after writing it, or ``attnflow status``): its
+    name is the digest of its text, and a ticket rewritten would be newer than the job it reran."""
+    path = Path(path)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)  # never a half-written ticket
 
 
 def outdated_summaries(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
@@ -707,18 +737,97 @@ def outdated_summaries(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
     return found
 
 
-def issue_summary_tickets(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
-    """A ticket for every outdated summary (``outdated_summaries``), an input of its aggregate and plot
-    jobs, newer than both: Snakemake rebuilds the summary and its figure (and first any batch whose
-    manifest is missing). Shared by a dry run and the run after it, like repair tickets."""
+def leaving_points(sweep: Sweep) -> dict[str, tuple[list[dict], dict[str, list]]]:
+    """Per experiment whose summary on disk holds grid points its grid no longer has: those points'
+    coordinates and the axis values removed (axis -> values; none where only extra points left). The
+    rebuilt summary leaves them out; their cells stay in their stores (``run_batch``). One metadata
+    read per summary, and only a summary built from another grid is read further."""
+    out = {}
+    for name, spec in sweep.specs.items():
+        recorded = root_attrs(sweep.layout.summary(name)).get("experiment_spec")
+        if not recorded or recorded == spec.to_json():
+            continue
+        try:
+            old = Spec.from_json(name, recorded)
+            points = list(old.coordinates())
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue  # a spec of another attnflow's making: rebuilt all the same, said by no line
+        now = {_coords_key(coords) for coords in spec.coordinates()}
+        gone = [coords for coords in points if _coords_key(coords) not in now]
+        if gone:
+            values = {axis: [v for v in old.grid[axis] if _coords_key({axis: v}) not in
+                             {_coords_key({axis: w}) for w in spec.grid.get(axis, ())}]
+                      for axis in old.grid if axis in spec.grid}
+            out[name] = (gone, {axis: vs for axis, vs in values.items() if vs})
+    return out
+
+
+def _coords_key(coords: dict) -> str:
+    """A grid point as text, equal for equal values (1 and 1.0 alike, as cells normalise them)."""
+    def plain(value):
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    return json.dumps({k: plain(v) for k, v in coords.items()}, sort_keys=True, default=str)
+
+
+def leaving_line(name: str, points: list[dict], values: dict[str, list]) -> str:
+    """The start-up line (a dry run's too) on the grid points that leave an experiment's summary
+    (``leaving_points``): by the values removed, else by the first points."""
+    from .sweep import _plain, grid_point_name
+
+    if values:
+        what = "; ".join(f"{axis} = {', '.join(map(_plain, vs))} removed" for axis, vs in values.items())
+    else:
+        what = "; ".join(grid_point_name(name, c) for c in points[:2]) + ("; ..." if len(points) > 2 else "")
+    return (f"attnflow: {len(points)} grid point{'s' if len(points) > 1 else ''} of {name} leave its summary "
+            f"and figure ({what}): their cells stay stored, off the grid; put back, they are not computed "
+            "again")
+
+
+def off_grid_cells(sweep: Sweep) -> dict[str, dict[str, int]]:
+    """The stored cells no grid of this sweep has (values removed from a grid, kept so that putting them
+    back computes nothing: ``run_batch``), by experiment: store name -> how many. From the manifests
+    alone (one small file per batch, this sweep's or not)."""
+    from .sweep import batch_experiment
+
+    ours = set(sweep.owner)
+    out: dict[str, dict[str, int]] = {}
+    for manifest in sorted(sweep.layout.manifests.glob("*.json")):
+        try:
+            record = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue  # unreadable: its batch's health says so
+        cells = record.get("cells") if isinstance(record, dict) else None
+        if not isinstance(cells, dict) or not isinstance(record.get("store"), str):
+            continue
+        count = sum(cid not in ours for cid in cells)
+        if count:
+            out.setdefault(batch_experiment(manifest.stem), {})[record["store"]] = count
+    return out
+
+
+def find_summary_repairs(sweep: Sweep, checksums: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+    """Every outdated summary (``outdated_summaries``: experiment -> why) and the ticket each calls for
+    (path -> text), written by nobody yet: an input of its aggregate and plot jobs, newer than both, so
+    Snakemake rebuilds the summary and its figure (and first any batch whose manifest is missing). The
+    workflow's ``ticket`` rule writes them as the run starts, as it does repair tickets (``find_repairs``)."""
     found = outdated_summaries(sweep, checksums)
+    tickets = {}
     for name, why in found.items():
         # The times of the summary and figures: the same damage again, after a rebuild, gets a
         # new ticket (newer than what the rebuild wrote).
         outputs = (sweep.layout.summary(name), *sweep.layout.figures(name))
         seen = {p.name: p.stat().st_mtime_ns for p in outputs if p.exists()}
-        _write_ticket(sweep.layout.summary_tickets(name), _summary_word(why),
-                      {"experiment": name, "why": why, "mtime_ns": seen})
+        tickets.update([_ticket(sweep.layout.summary_tickets(name), _summary_word(why),
+                                {"experiment": name, "why": why, "mtime_ns": seen})])
+    return found, tickets
+
+
+def issue_summary_tickets(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
+    """Write the summary tickets ``find_summary_repairs`` finds, now (``attnflow status --deep``)."""
+    found, tickets = find_summary_repairs(sweep, checksums)
+    for path, text in tickets.items():
+        write_ticket(path, text)
     return found
 
 
@@ -737,14 +846,22 @@ def figure_caption(sweep: Sweep, experiment: str) -> str:
     return f"{caption} Failed cells (missing in the figure): {describe_failures(failed)}."
 
 
-def summary_tickets(results: str | Path, experiment: str) -> list[str]:
-    """Every ticket issued for an experiment's summary: inputs of its aggregate and plot jobs."""
-    return sorted(str(p) for p in Layout(results).summary_tickets(experiment).glob("*.ticket"))
+def summary_tickets(results: str | Path, experiment: str, issued=()) -> list[str]:
+    """Every ticket of an experiment's summary, written or ``issued`` (paths the ``ticket`` rule writes
+    in this run): inputs of its aggregate and plot jobs."""
+    return _tickets_in(Layout(results).summary_tickets(experiment), issued)
 
 
-def repair_tickets(results: str | Path, batch: str) -> list[str]:
-    """Every repair ticket issued for a batch: inputs of its simulate job."""
-    return sorted(str(p) for p in Layout(results).repairs(batch).glob("*.ticket"))
+def repair_tickets(results: str | Path, batch: str, issued=()) -> list[str]:
+    """Every repair ticket of a batch, written or ``issued``: inputs of its simulate job."""
+    return _tickets_in(Layout(results).repairs(batch), issued)
+
+
+def _tickets_in(directory: Path, issued) -> list[str]:
+    """The tickets in ``directory`` and those of ``issued`` that go there: once written, a ticket stays an
+    input of its job, whose set of inputs Snakemake would otherwise see change."""
+    written = {str(p) for p in directory.glob("*.ticket")}
+    return sorted(written | {p for p in issued if Path(p).parent == directory})
 
 
 def batch_params(sweep: Sweep, batch: str, write: bool = True) -> str:
@@ -968,8 +1085,10 @@ __all__ = ["LOCK_FD_ENV", "MANIFEST_FORMAT", "ConfigError", "ResultsBusy", "aggr
            "would_drop",
            "batch_params", "cell_states", "damage_line", "entries_params", "failed_cells", "failure_lines",
            "failure_report",
-           "figure_caption", "issue_repairs",
-           "issue_summary_tickets", "known_failures_notice", "lock_for_child", "lock_results", "RETRY_KEY",
+           "figure_caption", "find_repairs", "find_summary_repairs", "issue_repairs",
+           "issue_summary_tickets", "leaving_line", "leaving_points", "off_grid_cells", "write_ticket",
+           "known_failures_notice", "lock_for_child", "lock_results",
+           "RETRY_KEY",
            "retry_requested", "seed_failed_cells",
            "outdated_summaries",
            "plot_job", "provenance", "read_manifest", "recorded_failures", "release_results",

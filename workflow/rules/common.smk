@@ -1,5 +1,7 @@
 import json
+import re
 import sys
+from pathlib import Path
 
 from attnflow import resources
 from attnflow.plan import jobs_get_gpus
@@ -13,9 +15,11 @@ from attnflow.workflow import (
     foreign_owner,
     failure_report,
     figure_caption,
-    issue_repairs,
-    issue_summary_tickets,
+    find_repairs,
+    find_summary_repairs,
     known_failures_notice,
+    leaving_line,
+    leaving_points,
     lock_results,
     results_holder,
     spec_params,
@@ -85,10 +89,16 @@ if _FOREIGN:
 
 # Self-healing: a finished batch one of whose stores is missing or does not match its
 # completion record gets a repair ticket, a new input of its simulate job: the job
-# reruns and recomputes those stores alone. Jobs running on a cluster node parse this
-# file too: only the main process looks for damage.
+# reruns and recomputes those stores alone; an outdated summary gets one too, an input of its
+# aggregate and plot jobs. The tickets are found here and written by the `ticket` rule's jobs
+# (rules/ticket.smk), the first of a run: a dry run lists those jobs, and so every job they rerun,
+# and writes nothing. Jobs running on a cluster node parse this file too: only the main process
+# looks for damage.
+TICKETS = {}  # path -> text of every ticket this start issues
 if not workflow.remote_exec and not _HOLDER and not _FOREIGN:  # never a ticket in another config's results
-    for _batch, _problems in issue_repairs(SWEEP).items():
+    _damage, _tickets = find_repairs(SWEEP)
+    TICKETS.update(_tickets)
+    for _batch, _problems in _damage.items():
         for _path, _state in _problems:
             print(damage_line(SWEEP, _batch, _path, _state), file=sys.stderr)
     # Failures the numbers decided are not retried: said once, with how to force them.
@@ -103,11 +113,20 @@ if not workflow.remote_exec and not _HOLDER and not _FOREIGN:  # never a ticket 
             f"per batch; delete them to free their files (the directories {_old[0].name}, ...)",
             file=sys.stderr,
         )
-    for _name, _why in issue_summary_tickets(SWEEP).items():
+    _outdated, _tickets = find_summary_repairs(SWEEP)
+    TICKETS.update(_tickets)
+    for _name, _why in _outdated.items():
         print(
             f"attnflow: the summary of {_name} is {_why}: rebuilt, with its figure",
             file=sys.stderr,
         )
+    # A value removed from a grid: its points leave the summary; their cells stay stored.
+    for _name, (_points, _values) in leaving_points(SWEEP).items():
+        print(leaving_line(_name, _points, _values), file=sys.stderr)
+# The `ticket` rule makes exactly these files (a ticket already written, a record of a past repair, is
+# no job's output: Snakemake would rerun its job for a changed rule); none when none is issued.
+REPAIRS = LAYOUT.repairs("")  # every ticket's directory is under it
+TICKET_NAMES = "|".join(re.escape(str(Path(p).relative_to(REPAIRS).with_suffix(""))) for p in TICKETS) or "(?!)"
 
 
 def hold_results():
@@ -141,12 +160,12 @@ def refuse_foreign():
 
 def batch_repairs(wildcards):
     refuse_foreign()
-    return repair_tickets(RESULTS, wildcards.batch)
+    return repair_tickets(RESULTS, wildcards.batch, TICKETS)
 
 
 def experiment_tickets(wildcards):
     refuse_foreign()
-    return summary_tickets(RESULTS, wildcards.experiment)
+    return summary_tickets(RESULTS, wildcards.experiment, TICKETS)
 
 
 def write_params():
@@ -181,7 +200,7 @@ def figure_summary(wildcards):
 
 def figure_tickets(wildcards):
     refuse_foreign()
-    return summary_tickets(RESULTS, LAYOUT.part_of(wildcards.figure)[0])
+    return summary_tickets(RESULTS, LAYOUT.part_of(wildcards.figure)[0], TICKETS)
 
 
 def figure_part(wildcards):
