@@ -24,7 +24,7 @@ def test_raising_max_steps_recomputes_only_the_cells_that_failed(tmp_path):
     assert logs[0].startswith("[1/2]") and "its run under max_steps = 500 never reached it" in logs[0]
     assert logs[1].startswith("[2/2]") and "computed in" in logs[1]  # the failed one, computed again
     held = stored_cells(layout.store("b"))
-    assert set(held) == {cell_id(c) for c in raised}
+    assert {cell_id(c) for c in raised} <= set(held)  # (the store may keep the old ids too, off the grid)
     taken = held[cell_id(raised[0])]
     assert taken.attrs["cell_max_steps"] == 800 and taken.attrs["cell_id"] == cell_id(raised[0])
     # What was taken is what computing under the raised budget gives (the independent route), bit for bit:
