@@ -138,3 +138,22 @@ def test_stiff_cells_are_warned_and_costed_within_2x_of_issue_39(tmp_path, monke
     monkeypatch.setattr(plan_module, "cell_states",
                         lambda s, **_: {cell_id(c): "new" for cells in s.batches.values() for c in cells})
     assert not [note for note in plan(default, cores=2, compile=False).notes if "step budget" in note]
+
+
+def test_long_horizons_are_priced_by_the_steps_stability_asks():
+    """A trajectory run to a long t_max without stopping takes steps in proportion to t_max (its step is
+    bounded by stability, whatever its tolerance), which the accuracy model's log t_max misses by 5x at
+    config/paper.yaml's metastability cells: resources.stable_steps against the engine's steps."""
+    from attnflow import Cell, simulate
+    from attnflow.plan import cell_expected_cpu
+
+    cell = Cell(attention="softmax", heads="scalar", H=1, n=16, d=2, init="uniform", t_max=30000.0,
+                n_samples=2, seeds=1, rtol=1e-8, atol=1e-11)
+    measured = float(simulate(cell, certify=False).n_steps.values[0])
+    # 20% either way: the constant is a round 0.75 of the 0.76-0.77 steps per unit time measured on
+    # metastability's cells (beta 1 to 6), and this seed's start differs from theirs.
+    assert 0.8 * measured <= resources.stable_steps(cell) <= 1.2 * measured, measured
+    assert resources.model_steps(cell) < 0.5 * measured  # the accuracy model alone: far below
+    assert cell_expected_cpu(cell) > 5 * cell_expected_cpu(cell.replace(t_max=3000.0))
+    stopping = cell.replace(stop_at_cluster=True)  # ends at its clustering time, unknown to the model
+    assert resources.stable_steps(stopping) == 0.0
