@@ -119,6 +119,8 @@ NOT_RUN = {
     "python benchmarks/bench_ab.py 9 name=tree ...":
         "a benchmark: the engine with and without a piece of its machinery (two engine trees, minutes)",
     "python benchmarks/bench_workflow.py": "a benchmark: the full default and paper sweeps from scratch",
+    "python benchmarks/bench_plan.py":
+        "a benchmark: the cost model's constants, simulating a sample of config/paper.yaml's cells (minutes)",
     "python benchmarks/bench_scale.py --cells 10000 100000 --cores 2":
         "a benchmark: sweeps of 10,000 and 100,000 cells from scratch (12 minutes on 2 cores)",
     "python benchmarks/bench_gpu.py --cells S,M,L":
@@ -214,8 +216,12 @@ def _share_numba_cache(installed: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory, compiled_engine):
-    """(copy of the working tree, environment): attnflow installed from the copy with ``pip install .``."""
+def installed(tmp_path_factory, request):
+    """(copy of the working tree, environment): attnflow installed from the copy with ``pip install .``.
+
+    The copy and the install come first, the engine's compilation (``compiled_engine``, whose cache the
+    install shares) after: where another worker is compiling it, this one installs meanwhile instead of
+    waiting for it first."""
     tmp = tmp_path_factory.mktemp("docs")
     clone = tmp / "clone"
     for rel in _tracked_files():
@@ -233,6 +239,7 @@ def installed(tmp_path_factory, compiled_engine):
     target = Path(subprocess.run([str(python), "-c", purelib], capture_output=True, text=True,
                                  check=True).stdout.strip())
     (target / "zz_test_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    request.getfixturevalue("compiled_engine")
     _share_numba_cache(target / "attnflow")
     # Console scripts of the dependencies, bound to the new venv's interpreter.
     (venv / "bin" / "snakemake").write_text(f"#!{python}\nimport sys\nfrom snakemake.cli import main\n"

@@ -40,7 +40,7 @@ def test_a_finished_run_has_nothing_left(tiny_run):
 def test_the_plan_from_scratch_has_a_job_per_batch_the_run_ran(tiny_run, tmp_path):
     """The plan of the same config from scratch against what the tiny run did: one job per batch whose
     benchmark Snakemake wrote, each costed, compilation once on top. How close the estimate comes to the
-    measured seconds is a timing, which a busy machine moves: benchmarks/bench_plan.py measures it."""
+    measured seconds is a timing, which a busy machine moves: benchmarks/bench_workflow.py compares them."""
     _, config, results = tiny_run
     measured = _measured_simulate_seconds(results)
     sweep = load_sweep(config, results=tmp_path / "fresh")
@@ -131,3 +131,22 @@ def test_stiff_cells_are_warned_and_costed_within_2x_of_issue_39(tmp_path, monke
     monkeypatch.setattr(plan_module, "cell_states",
                         lambda s, **_: {cell_id(c): "new" for cells in s.batches.values() for c in cells})
     assert not [note for note in plan(default, cores=2, compile=False).notes if "step budget" in note]
+
+
+def test_long_horizons_are_priced_by_the_steps_stability_asks():
+    """A trajectory run to a long t_max without stopping takes steps in proportion to t_max (its step is
+    bounded by stability, whatever its tolerance), which the accuracy model's log t_max misses by 5x at
+    config/paper.yaml's metastability cells: resources.stable_steps against the engine's steps."""
+    from attnflow import Cell, simulate
+    from attnflow.plan import cell_expected_cpu
+
+    cell = Cell(attention="softmax", heads="scalar", H=1, n=16, d=2, init="uniform", t_max=30000.0,
+                n_samples=2, seeds=1, rtol=1e-8, atol=1e-11)
+    measured = float(simulate(cell, certify=False).n_steps.values[0])
+    # 20% either way: the constant is a round 0.75 of the 0.76-0.77 steps per unit time measured on
+    # metastability's cells (beta 1 to 6), and this seed's start differs from theirs.
+    assert 0.8 * measured <= resources.stable_steps(cell) <= 1.2 * measured, measured
+    assert resources.model_steps(cell) < 0.5 * measured  # the accuracy model alone: far below
+    assert cell_expected_cpu(cell) > 5 * cell_expected_cpu(cell.replace(t_max=3000.0))
+    stopping = cell.replace(stop_at_cluster=True)  # ends at its clustering time, unknown to the model
+    assert resources.stable_steps(stopping) == 0.0

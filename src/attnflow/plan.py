@@ -56,15 +56,15 @@ JOB_START_SECONDS = 2.0
 # certificate ran two seeds a cell, without the stability bound, which metastability's cells need.)
 MODEL_OVER_CPU = 69.0
 # The model's field evaluations (resources.calls) over those the engine made, weighted by cost over
-# config/paper.yaml's cells (48 of them measured, two seeds each): 18.2 (by experiment 6x for
+# config/paper.yaml's cells (benchmarks/bench_plan.py: 48 measured, two seeds each): 18.2 (6x for
 # clustering_time to 31x for trained heads; 0.2x for metastability's long horizons, before
 # resources.stable_steps).
 CALLS_OVER_MEASURED = 18.2
 # The accuracy certificate's companion run (simulation.py: every seed integrated a second time) over the
 # stored run, in CPU time, weighted by cost over config/paper.yaml's cells (measured on 48 of them, two seeds
 # each, certify on and off in one process): 0.72. A smooth cell's companion is cheaper than its run, relu's
-# tighter one dearer (1.9x at clustering_time's relu cells). Measure it again when the certificate changes:
-# benchmarks/bench_peers.py prints the certificate's cost per cell.
+# tighter one dearer (1.9x at clustering_time's relu cells). Measure it again when the certificate changes
+# (benchmarks/bench_plan.py).
 CERTIFICATE_OVER_RUN = 0.72
 # A cell expected to exhaust its step budget (resources.exhausts_budget) takes exactly that many steps
 # per seed: its model is an upper estimate only in its cost per field evaluation, SECONDS_PER_CALL

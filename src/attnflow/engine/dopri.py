@@ -268,7 +268,10 @@ def step_rates(y, ydot, hd_ref, flow, beta, sampling, ws_ref, sc_ref, least, k):
             least[0, k, h] = rate
 
 
-@numba.njit(cache=True)
+# Inlined into its one caller, ``solve_batch``: compiled on its own, its code (field and measure included)
+# was optimised and turned into machine code twice, once for it and once linked into ``solve_batch``:
+# 10% of the engine's first compilation (docs/performance.md, "Compiling the numba engine").
+@numba.njit(cache=True, inline="always")
 def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, sampling, out, stats):
     """Integrate trajectory ``b`` from ``x0`` and measure it at ``t_eval``; statistics into ``stats``.
 
