@@ -93,6 +93,17 @@ def test_in_flat_geometry_the_norms_change_is_not_called_drift(tmp_path):
     ds = _open(result.path)
     assert "norm_drift" not in ds and ds.norm_change.attrs["long_name"] == "largest change of a token's norm"
     assert ds.geometry.values.tolist() == ["flat"]
+    # A layout-1 store named it norm_drift: written again in this layout, it says norm_change.
+    cells = {cid: c.rename(norm_change="norm_drift") for cid, c in stored_cells(result.path).items()}
+    old = Layout(tmp_path / "old")
+    versions = {k: v for k, v in store_versions().items() if k != "store_layout"}
+    write({"g0": as_cells(next(iter(group_cells(cells).values())))}, old.store("f"), versions=versions,
+          meta={"batch": "f", "cells": dict.fromkeys(cells, "g0")})
+    lines = []
+    run_batch([cell], "f", old, log=lines.append)
+    assert not [line for line in lines if "computed in" in line], lines
+    again = _open(old.store("f"))
+    assert "norm_drift" not in again and again.norm_change.values.tolist() == ds.norm_change.values.tolist()
 
 
 @pytest.mark.workflow

@@ -199,14 +199,8 @@ def simulate(
             "units": TIME_UNITS, "long_name": "stopping time",
             "description": f"where the run stopped (t_cluster, or t_max if censored), in {FLOW_TIME}; "
                            "samples after it are NaN (cluster counts -1)"})
-    # On the sphere | ||x_i|| - 1 | is the integrator's drift off it (round-off); in flat geometry the flow
-    # moves the norms itself, so the same number is dynamics, under a name of its own.
-    data_vars["norm_drift" if cell.spherical else "norm_change"] = ("seed", result.norm_drift, {
-        "units": "1", "long_name": "norm drift" if cell.spherical else "largest change of a token's norm",
-        "description": "max_t,i | ||x_i|| - 1 | over the samples" + (
-            ": the integrator's drift off the sphere" if cell.spherical else
-            ": in flat geometry the flow itself moves the norms from 1 (no drift)"),
-    })
+    name, attrs = norm_variable(cell.spherical)
+    data_vars[name] = ("seed", result.norm_drift, attrs)
     data_vars.update(certificate_per_seed)
     data_vars["n_steps"] = ("seed", result.n_steps, {"units": "1", "long_name": "accepted steps",
                                                      "description": "steps the integrator accepted"})
@@ -257,6 +251,19 @@ def simulate(
         ("seed", np.array(cell.seeds, dtype=np.int64)), ("time", times), ("head", np.arange(H)),
         ("token", np.arange(n)))}
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+
+
+def norm_variable(spherical: bool) -> tuple[str, dict]:
+    """The name and attributes under which a cell stores max_t,i | ||x_i|| - 1 |. On the sphere it is the
+    integrator's drift off it (round-off); in flat geometry the flow moves the norms itself, so the same
+    number is dynamics, under a name of its own."""
+    if spherical:
+        return "norm_drift", {"units": "1", "long_name": "norm drift",
+                              "description": "max_t,i | ||x_i|| - 1 | over the samples: the integrator's "
+                                             "drift off the sphere"}
+    return "norm_change", {"units": "1", "long_name": "largest change of a token's norm",
+                           "description": "max_t,i | ||x_i|| - 1 | over the samples: in flat geometry the "
+                                          "flow itself moves the norms from 1 (no drift)"}
 
 
 def _integrate(cell, problem: Problem, times, controller: Controller, strict=True):

@@ -355,7 +355,8 @@ def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
     from .store import open_members, read
 
     state, record, members = read(path, expect=store_versions())
-    if state.status == "stale" and _layout_only(record):
+    layout_only = state.status == "stale" and _layout_only(record)
+    if layout_only:
         # Stale in its layout alone: the same numbers, read (pack reads either layout) and written again.
         state = StoreState("stale", state.detail + "; its cells are read and written again in this layout")
     elif state.status not in ("done", "corrupt") or "" in state.damaged:  # "": the root's metadata
@@ -365,7 +366,21 @@ def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
         if group not in state.damaged:
             with open_members(members, group, chunks=None) as ds:
                 cells.update(split(ds.load()))
+    if layout_only:
+        cells = {cid: _renamed_norm(ds) for cid, ds in cells.items()}
     return state, cells
+
+
+def _renamed_norm(ds: xr.Dataset) -> xr.Dataset:
+    """A layout-1 cell as layout 2 stores it: a flat cell's norm_drift (no drift there) as norm_change."""
+    from .simulation import norm_variable
+
+    if "norm_drift" not in ds or ds.attrs.get("cell_geometry") == "sphere":
+        return ds
+    name, attrs = norm_variable(False)
+    ds = ds.rename({"norm_drift": name})
+    ds[name].attrs = attrs
+    return ds
 
 
 def _layout_only(record: dict) -> bool:
