@@ -187,3 +187,30 @@ def test_identity_values_move_tokens_by_v_equal_to_i(rng):
     assert not np.allclose(want, aligned)  # a different flow
     ds = simulate(cell.replace(t_max=0.5, n_samples=3), certify=False)
     assert ds.attrs["values_source"] == "identity"
+
+
+@pytest.mark.parametrize("geometry", list(GEOMETRIES.names()))
+def test_the_cost_model_prices_every_geometry_above_its_steps(geometry):
+    # resources.steps is an upper estimate for every scheme: Pre-LN and Peri-LN slow the directions, so
+    # they take fewer steps than the sphere (measured 45-145 against 208-400 on the normalization grid).
+    from attnflow import resources
+
+    for init, beta in (("equiangular", 1.3), ("uniform", 4.0)):
+        cell = Cell(H=2, n=6, d=8, beta=beta, lambda_dist="linear", lambda_bar=0.8, spread=0.25, gamma0=0.05,
+                    init=init, geometry=geometry, t_max=20.0 if geometry == "flat" else 100.0, n_samples=11,
+                    sample_spacing="log", seeds=2, observables=["radius"], max_steps=20_000)
+        ds = simulate(cell, certify=False)
+        assert not ds.failed.any() or geometry == "flat"
+        assert resources.steps(cell) >= ds.n_steps.max(), (geometry, init)
+        assert resources.recorded_bytes(cell) >= sum(v.nbytes for v in ds.data_vars.values()
+                                                     if "time" in v.dims)
+
+
+def test_the_cost_model_counts_the_value_products():
+    from attnflow import resources
+
+    aligned = Cell(H=2, n=8, d=64, heads="scalar")
+    identity = aligned.replace(values="identity")
+    # V_h = I: a d x d product per head and call, and no integration in the tokens' span
+    assert resources.flops_per_call(identity) >= 2 * 2 * 8 * 64 * 64 > resources.flops_per_call(aligned)
+    assert resources.head_entries(identity) == resources.head_entries(aligned) + 2 * 64 * 64
