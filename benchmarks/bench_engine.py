@@ -85,7 +85,7 @@ def field_seconds(x0, repeat=50, **form):
     """Wall time of one field evaluation of the whole batch (best of 3); the score matrices in one form,
     as ``solve`` takes them (``score_matrices=``, ``diagonal=`` or ``factors=``)."""
     _, arrays = _head_arrays(x0, Heads(**form))
-    flow = flow_of("softmax", spherical=False)
+    flow = flow_of("softmax", geometry="flat")
     with threadpool_limits(1):
         _fields(x0, arrays, flow, 1.0, 2)
         best = np.inf

@@ -60,15 +60,58 @@ def head_outputs(x, score_matrices, beta, attention, values=None, mask="none"):
     return out
 
 
-def velocity(x, score_matrices, beta, attention, spherical=True, values=None, mask="none"):
+def _tangent(u, theta):
+    return u - np.sum(u * theta, axis=1, keepdims=True) * theta
+
+
+def _norms(a):
+    return np.linalg.norm(a, axis=1, keepdims=True)
+
+
+# docs/model.md, result 12: dx_k/dt from the attention velocity u_k (read at the directions theta_k) and
+# the radii r_k, and the speed s_k with dtheta_k/dt = s_k P(u_k), per geometry (one entry per declared
+# geometry: tests/test_contract.py); flat is no sphere flow (no speed).
+MOTIONS = {
+    "sphere": lambda u, theta, r, alpha: _tangent(u, theta),
+    "flat": lambda u, theta, r, alpha: u,
+    "pre_ln": lambda u, theta, r, alpha: u,
+    "peri_ln": lambda u, theta, r, alpha: u / _norms(u),
+    "ngpt": lambda u, theta, r, alpha: alpha * _tangent(u, theta) / _norms(u),
+}
+SPEEDS = {
+    "sphere": lambda u, r, alpha: np.ones_like(r),
+    "pre_ln": lambda u, r, alpha: 1.0 / r,
+    "peri_ln": lambda u, r, alpha: 1.0 / (r * _norms(u)),
+    "ngpt": lambda u, r, alpha: alpha / _norms(u),
+}
+RADII = {"pre_ln", "peri_ln"}  # the geometries whose state carries radii
+
+
+def attention_velocity(x, score_matrices, beta, attention, values=None, mask="none"):
+    """u_i = sum_h f^h_i ((1/n) sum_h for usa) at the configuration x."""
     n = x.shape[0]
     v = sum(f for _, f in head_outputs(x, score_matrices, beta, attention, values, mask))
     # docs/model.md: usa averages the head outputs, the others add them (head_outputs refuses others)
     if AVERAGED[attention]:
         v = v / n
-    if spherical:
-        v = v - np.sum(v * x, axis=1, keepdims=True) * x
     return v
+
+
+def velocity(x, score_matrices, beta, attention, geometry="sphere", values=None, mask="none", alpha=1.0):
+    """dx/dt; where the geometry carries radii, x = r theta and attention reads theta."""
+    r = _norms(x)
+    theta = x / r if geometry in RADII else x
+    u = attention_velocity(theta, score_matrices, beta, attention, values, mask)
+    return _entry(MOTIONS, geometry, "geometry")(u, theta, r, alpha)
+
+
+def direction_velocity(x, score_matrices, beta, attention, geometry, values=None, mask="none", alpha=1.0):
+    """(theta, dtheta/dt, s) by the speed form of result 12: dtheta_k/dt = s_k P_{theta_k}(u_k)."""
+    r = _norms(x)
+    theta = x / r
+    u = attention_velocity(theta, score_matrices, beta, attention, values, mask)
+    s = _entry(SPEEDS, geometry, "geometry")(u, r, alpha)
+    return theta, s * _tangent(u, theta), s[:, 0]
 
 
 def head_energies(x, score_matrices, beta):

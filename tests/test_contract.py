@@ -23,6 +23,7 @@ from attnflow.contract import (
     check_engine,
     declarations,
 )
+from attnflow.geometry import GEOMETRIES, Geometry, Motion
 from attnflow.heads import Form
 from attnflow.observables import CLUSTER_METRICS, GROUPS, ClusterMetric, ObservableGroup
 
@@ -58,6 +59,8 @@ _FAKES = {
                   "attention 'tanh' declares int rule 7, which has no kernel in engine '{engine}'"),
     "mask": (MASKS, Mask("window", 5, "a sliding window"),
              "mask 'window' declares int rule 5, which has no kernel in engine '{engine}'"),
+    "geometry": (GEOMETRIES, Geometry("torus", 9, False, False, "", "a geometry with no kernel"),
+                 "geometry 'torus' declares int rule 9, which has no kernel in engine '{engine}'"),
 }
 
 
@@ -68,6 +71,15 @@ def test_a_declaration_without_its_kernel_is_refused_by_name_by_each_engine(monk
     for name, check, _ in _engines():
         with pytest.raises(NotImplementedError, match=message.format(engine=name)):
             check()
+
+
+def test_a_geometry_whose_rule_lost_its_kernel_is_refused_at_solve(monkeypatch):
+    # The check runs at every solve too, not only at import: a table edited since is caught there.
+    monkeypatch.delitem(engine.KERNELS["motion rule"], Motion.UNIT)
+    problem = Problem(np.eye(2)[None], Heads(diagonal=np.ones((1, 1, 2))), "softmax", 1.0, "peri_ln")
+    with pytest.raises(NotImplementedError, match="geometry 'peri_ln' declares Motion rule <Motion.UNIT: 2>, "
+                                                  "which has no kernel in engine 'numba'"):
+        engine.solve(problem, Controller(1e-6, 1e-9, 100), SaveAt([0.0, 1.0]))
 
 
 def test_a_kernel_nothing_declares_is_refused_by_name(monkeypatch):
@@ -89,6 +101,8 @@ def test_the_python_side_tables_are_keyed_by_every_declared_value():
     assert set(jaxengine.HEAD_ARRAYS) == set(Form)
     assert set(reference.WEIGHTS) == set(reference.AVERAGED) == set(ATTENTIONS.names())
     assert set(reference.MASK_RULES) == set(MASKS.names())
+    assert set(reference.MOTIONS) == set(GEOMETRIES.names())
+    assert set(reference.SPEEDS) == set(GEOMETRIES.names()) - {"flat"}  # flat is no sphere flow
     with pytest.raises(NotImplementedError, match="reference: attention 'tanh' has no oracle"):
         reference.velocity(np.eye(2), np.eye(2)[None], 1.0, "tanh")
 
@@ -110,8 +124,8 @@ def test_the_options_refuse_bad_values_naming_them():
         Heads(np.eye(2)[None, None], diagonal=np.ones((1, 1, 2)))
     with pytest.raises(ValueError, match="attention = 'tanh': unknown"):
         Problem(np.ones((1, 2, 2)), Heads(np.eye(2)[None, None]), "tanh", 1.0)
-    with pytest.raises(ValueError, match=r"^spherical: 'sphere'"):
-        Problem(np.ones((1, 2, 2)), Heads(np.eye(2)[None, None]), "softmax", 1.0, spherical="sphere")
+    with pytest.raises(ValueError, match=r"^geometry = True: unknown"):
+        Problem(np.ones((1, 2, 2)), Heads(np.eye(2)[None, None]), "softmax", 1.0, geometry=True)
 
 
 def test_a_problem_of_some_trajectories_is_those_rows(rng):

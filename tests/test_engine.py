@@ -16,9 +16,9 @@ from attnflow.observables import GROUPS
 from attnflow.tableau import DOPRI5, ButcherTableau
 
 
-def _reference(x0, m, beta, attention, t, spherical=True, values=None, rtol=1e-12):
+def _reference(x0, m, beta, attention, t, geometry="sphere", values=None, rtol=1e-12):
     n, d = x0.shape
-    sol = solve_ivp(lambda _t, y: velocity(y.reshape(n, d), m, beta, attention, spherical, values).ravel(),
+    sol = solve_ivp(lambda _t, y: velocity(y.reshape(n, d), m, beta, attention, geometry, values).ravel(),
                     (0, t[-1]), x0.ravel(), method="DOP853", rtol=rtol, atol=1e-14, t_eval=t)
     return sol.y.T.reshape(-1, n, d)
 
@@ -95,9 +95,9 @@ def fixed_step_convergence(tableau=DOPRI5):
     m = random_symmetric(rng, H, d)
     x0 = random_sphere(rng, n, d)
     t = np.array([0.0, 2.0])
-    ref = _reference(x0, m, beta, "softmax", t, spherical=False, rtol=1e-13)[-1]
+    ref = _reference(x0, m, beta, "softmax", t, geometry="flat", rtol=1e-13)[-1]
     steps = np.array([0.2, 0.1, 0.05, 0.025])
-    problem = Problem(x0[None], Heads(m[None]), "softmax", beta, spherical=False)
+    problem = Problem(x0[None], Heads(m[None]), "softmax", beta, geometry="flat")
     runs = [solve(problem, Controller(1, 1, 10_000, fixed_step=h), SaveAt(t, ("positions",)), tableau=tableau)
             for h in steps]
     errors = [np.max(np.abs(r.variables["x"][0, -1] - ref)) for r in runs]
@@ -402,7 +402,7 @@ def test_sigmoid_entropy_in_flat_space_where_the_weights_underflow_matches_mpmat
     a = -(x @ x.T) - np.log(4)
     sums = np.exp(a).sum(axis=1)
     assert sums[0] == 0.0 and 0.0 < sums[1] < np.finfo(float).tiny and np.all(sums[2:] > 1e-200)
-    got = observe(x[None], m[None], attention="sigmoid", beta=1.0, spherical=False, groups=("entropy",))
+    got = observe(x[None], m[None], attention="sigmoid", beta=1.0, geometry="flat", groups=("entropy",))
     want, want_rate = _mp_entropies(x, m, 1.0)
     # The float64 scores, ~1e3, carry up to d eps |x_i||x_j| ~ 5e-13 absolute: so do the logits, and
     # the entropies (sums of p_j (l_j - mean), with p summing to 1) to within a few times that.

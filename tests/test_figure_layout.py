@@ -107,6 +107,7 @@ DEFAULT_LIKE = {
     "variants": {"fixed": {"n": 4, "d": 4, "seeds": 2, "t_max": 5.0, "n_samples": 11}},
     "scaling": {"fixed": {"seeds": 3, "t_max": 20.0}, "grid": {"attention": ["softmax", "relu"],
                                                              "n": [3, 4, 6, 8], "d": [2, 4, 8]}},
+    "normalization": {"fixed": {"seeds": 2, "t_max": 20.0, "n_samples": 21}},
 }
 WIDTHS = (7.0, 3.5)  # inches: a journal's text width (the default), a column
 # Laid out for the text width only, for now: their figures are being redrawn for issue 41, and that

@@ -8,20 +8,20 @@ from attnflow import Cell, simulate, theory
 from attnflow.engine import observe
 
 
-def _obs(x, m, beta, attention, spherical):
-    out = observe(x[None], m[None], attention=attention, beta=beta, spherical=spherical)
+def _obs(x, m, beta, attention, geometry):
+    out = observe(x[None], m[None], attention=attention, beta=beta, geometry=geometry)
     return {k: v[0] for k, v in out.items()}
 
 
-@pytest.mark.parametrize("spherical", [True, False])
-def test_thm11_total_energy_rate_equals_kinetic(rng, spherical):
+@pytest.mark.parametrize("geometry", ["sphere", "flat"])
+def test_thm11_total_energy_rate_equals_kinetic(rng, geometry):
     # usa, random symmetric heads: dE_multi/dt = (1/n) sum_i ||dx_i/dt||^2 exactly.
     for _ in range(5):
         n, d, H, beta = 7, 5, 3, 1.3
         m = random_symmetric(rng, H, d)
         x = random_sphere(rng, n, d)
-        o = _obs(x, m, beta, "usa", spherical)
-        xdot = velocity(x, m, beta, "usa", spherical)
+        o = _obs(x, m, beta, "usa", geometry)
+        xdot = velocity(x, m, beta, "usa", geometry)
         kinetic_ref = np.mean(np.sum(xdot**2, axis=1))
         # Both sides are sums of O(1) terms: agreement to a few ulps of the total.
         assert o["energy_rate"].sum() == pytest.approx(kinetic_ref, rel=1e-12)
@@ -43,7 +43,7 @@ def test_energy_rate_by_finite_differences_for_every_attention(rng, attention):
     xdot = velocity(x, m, beta, attention)
     eps = 1e-5
     fd = (head_energies(x + eps * xdot, m, beta) - head_energies(x - eps * xdot, m, beta)) / (2 * eps)
-    o = _obs(x, m, beta, attention, True)
+    o = _obs(x, m, beta, attention, "sphere")
     np.testing.assert_allclose(o["energy_rate"], fd, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(o["energy"], head_energies(x, m, beta), rtol=1e-13)
 
@@ -56,7 +56,7 @@ def test_energy_rate_with_explicit_value_matrices(rng, attention):
     m = random_symmetric(rng, H, d)
     v = rng.standard_normal((H, d, d)) / 2
     x = random_sphere(rng, n, d)
-    xdot = velocity(x, m, beta, attention, True, v)
+    xdot = velocity(x, m, beta, attention, "sphere", v)
     eps = 1e-5
     fd = (head_energies(x + eps * xdot, m, beta) - head_energies(x - eps * xdot, m, beta)) / (2 * eps)
     # Energies without entropies: the weights are normalised for the energies alone.
@@ -68,8 +68,9 @@ def test_energy_rate_with_explicit_value_matrices(rng, attention):
     np.testing.assert_allclose(o["kinetic"], np.mean(np.sum(xdot**2, axis=1)), rtol=1e-12)
 
 
-@pytest.mark.parametrize("spherical", [True, False])
-def test_thm16_17_per_head_decomposition(rng, spherical):
+@pytest.mark.parametrize("geometry", ["sphere", "flat"])
+def test_thm16_17_per_head_decomposition(rng, geometry):
+    on_sphere = geometry == "sphere"
     n, d, H, beta = 6, 6, 3, 0.8
     m = random_symmetric(rng, H, d)
     x = random_sphere(rng, n, d)
@@ -77,13 +78,13 @@ def test_thm16_17_per_head_decomposition(rng, spherical):
     a = [np.sum(f * x, axis=1) for f in outs]
     expected = []
     for h in range(H):
-        own = np.sum((outs[h] - a[h][:, None] * x) ** 2, axis=1) if spherical else np.sum(outs[h] ** 2, 1)
+        own = np.sum((outs[h] - a[h][:, None] * x) ** 2, axis=1) if on_sphere else np.sum(outs[h] ** 2, 1)
         cross = sum(
-            np.sum(outs[k] * outs[h], axis=1) - (a[k] * a[h] if spherical else 0.0)
+            np.sum(outs[k] * outs[h], axis=1) - (a[k] * a[h] if on_sphere else 0.0)
             for k in range(H) if k != h
         )
         expected.append(np.sum(own + cross) / n**3)
-    o = _obs(x, m, beta, "usa", spherical)
+    o = _obs(x, m, beta, "usa", geometry)
     # Same sums in another order: round-off on O(1) quantities.
     np.testing.assert_allclose(o["energy_rate"], expected, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(o["radial_shadow"], np.stack(a), rtol=1e-12, atol=1e-14)
@@ -100,8 +101,8 @@ def test_block_heads_fall_on_sphere_but_not_flat():
     falls = 0
     for seed in range(50):
         x = random_sphere(np.random.default_rng(seed), n, d)
-        assert _obs(x, m, beta, "usa", False)["energy_rate"].min() >= 0.0
-        falls += _obs(x, m, beta, "usa", True)["energy_rate"].min() < 0.0
+        assert _obs(x, m, beta, "usa", "flat")["energy_rate"].min() >= 0.0
+        falls += _obs(x, m, beta, "usa", "sphere")["energy_rate"].min() < 0.0
     assert falls > 0
     # The same, through a full simulation: a per-head energy decreases in time
     # on the sphere while the flat run is monotone for every head.
@@ -122,7 +123,7 @@ def test_thm27_entropy_rate_by_finite_differences(rng):
     xdot = velocity(x, m, beta, "softmax")
     eps = 1e-5
     fd = (entropies(x + eps * xdot, m, beta) - entropies(x - eps * xdot, m, beta)) / (2 * eps)
-    o = _obs(x, m, beta, "softmax", True)
+    o = _obs(x, m, beta, "softmax", "sphere")
     # Central difference: O(eps^2) ~ 1e-10 truncation, 1e-11 cancellation.
     np.testing.assert_allclose(o["entropy_rate"], fd, atol=1e-8)
     np.testing.assert_allclose(o["entropy"], entropies(x, m, beta), rtol=1e-13)

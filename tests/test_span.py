@@ -18,8 +18,8 @@ GROUPS = ("cosines", "clusters", "velocity", "energy", "radial", "entropy", "pos
 T_EVAL = np.linspace(0.0, 6.0, 13)
 
 
-def _solve(x0, diagonal, attention="softmax", mask="none", spherical=True, values=None, in_span=True):
-    return solve(Problem(x0, Heads(diagonal=diagonal, values=values), attention, 1.3, spherical, mask),
+def _solve(x0, diagonal, attention="softmax", mask="none", geometry="sphere", values=None, in_span=True):
+    return solve(Problem(x0, Heads(diagonal=diagonal, values=values), attention, 1.3, geometry, mask),
                  Controller(1e-10, 1e-13, 100_000), SaveAt(T_EVAL, GROUPS), in_span=in_span)
 
 
@@ -27,14 +27,15 @@ def _scalar_heads(d, strengths=(1.0, 0.4)):
     return np.stack([np.full(d, lam) for lam in strengths])[None]
 
 
-@pytest.mark.parametrize("attention, mask, spherical", [
-    ("softmax", "none", True), ("usa", "causal", True), ("sigmoid", "none", False)])
-def test_the_span_integration_is_the_full_one(rng, attention, mask, spherical):
+@pytest.mark.parametrize("attention, mask, geometry", [
+    ("softmax", "none", "sphere"), ("usa", "causal", "sphere"), ("sigmoid", "none", "flat"),
+    ("softmax", "none", "pre_ln"), ("softmax", "causal", "peri_ln"), ("usa", "none", "ngpt")])
+def test_the_span_integration_is_the_full_one(rng, attention, mask, geometry):
     n, d = 6, 40
     x0 = np.stack([random_sphere(rng, n, d) for _ in range(3)])
     heads = _scalar_heads(d)
-    full = _solve(x0, heads, attention, mask=mask, spherical=spherical, in_span=False)
-    span = _solve(x0, heads, attention, mask=mask, spherical=spherical)
+    full = _solve(x0, heads, attention, mask=mask, geometry=geometry, in_span=False)
+    span = _solve(x0, heads, attention, mask=mask, geometry=geometry)
     assert "span of the initial tokens (6 of 40 dimensions)" in span.form and "span" not in full.form
     for name, value in full.variables.items():
         if value.dtype.kind != "f":
@@ -51,7 +52,7 @@ def test_the_span_integration_is_the_full_one(rng, attention, mask, spherical):
     # Positions come back in R^d, on the sphere.
     x = span.variables["x"]
     assert x.shape == (3, T_EVAL.size, n, d)
-    if spherical:
+    if geometry != "flat":  # the tokens or their directions
         np.testing.assert_allclose(np.linalg.norm(x, axis=-1), 1.0, atol=1e-12)
 
 

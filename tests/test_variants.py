@@ -29,8 +29,8 @@ from attnflow.tableau import DOPRI5, ButcherTableau
 ATTENTION_TYPES = ATTENTIONS.names()
 
 
-def _obs(x, m, beta, attention, spherical=True, mask="none"):
-    out = observe(x[None], m[None], attention=attention, beta=beta, spherical=spherical, mask=mask)
+def _obs(x, m, beta, attention, geometry="sphere", mask="none"):
+    out = observe(x[None], m[None], attention=attention, beta=beta, geometry=geometry, mask=mask)
     return {k: v[0] for k, v in out.items()}
 
 
@@ -41,15 +41,15 @@ def _along(fn, x, xdot, eps=1e-5):
 
 # --- sigmoid attention (result 8) -----------------------------------------------------------------
 
-@pytest.mark.parametrize("spherical", [True, False])
-def test_sigmoid_is_the_gradient_flow_of_the_softplus_energy(rng, spherical):
+@pytest.mark.parametrize("geometry", ["sphere", "flat"])
+def test_sigmoid_is_the_gradient_flow_of_the_softplus_energy(rng, geometry):
     # Result 8: with symmetric M_h and V_h = M_h, dE/dt = (1/n) sum_i ||dx_i/dt||^2 exactly,
     # E_h = sum_ij softplus(beta s_ij - log n) / (2 beta n): n = 7, d = 5, H = 3 as in docs/model.md.
     n, d, H, beta = 7, 5, 3, 1.3
     for m in random_symmetric(rng, 4 * H, d).reshape(4, H, d, d):
         x = random_sphere(rng, n, d)
-        o = _obs(x, m, beta, "sigmoid", spherical)
-        xdot = velocity(x, m, beta, "sigmoid", spherical)
+        o = _obs(x, m, beta, "sigmoid", geometry)
+        xdot = velocity(x, m, beta, "sigmoid", geometry)
         kinetic = np.mean(np.sum(xdot**2, axis=1))
         # Sums of O(1) terms: a few ulps of the total.
         assert o["kinetic"] == pytest.approx(kinetic, rel=1e-12)
@@ -78,7 +78,7 @@ def test_sigmoid_energy_with_explicit_value_matrices(rng):
     v = rng.standard_normal((H, d, d)) / 2
     x = random_sphere(rng, n, d)
     out = observe(x[None], m[None], attention="sigmoid", beta=beta, values=v[None])
-    xdot = velocity(x, m, beta, "sigmoid", True, v)
+    xdot = velocity(x, m, beta, "sigmoid", "sphere", v)
     fd = _along(lambda y: softplus_energies(y, m, beta), x, xdot)
     np.testing.assert_allclose(out["energy_rate"][0], fd, rtol=1e-7, atol=1e-9)
 
@@ -286,8 +286,8 @@ def test_sigmoid_weights_vanish_for_very_negative_scores_in_flat_space():
     # log n - beta s = 720: the weight is sigma(-720) = 0, not 1 (a wrapped exp gave 1).
     x = np.array([[np.sqrt(720.0)], [-np.sqrt(720.0)]])
     m = np.ones((1, 1, 1))
-    o = _obs(x, m, 1.0, "sigmoid", spherical=False)
-    xdot = velocity(x, m, 1.0, "sigmoid", spherical=False)
+    o = _obs(x, m, 1.0, "sigmoid", geometry="flat")
+    xdot = velocity(x, m, 1.0, "sigmoid", geometry="flat")
     assert o["kinetic"] == pytest.approx(np.mean(np.sum(xdot**2, axis=1)), rel=1e-12)
 
 

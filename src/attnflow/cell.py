@@ -20,14 +20,11 @@ from collections.abc import Sequence
 from numbers import Integral, Real
 
 from .attention import ATTENTIONS, MASKS
-from .heads import HEADS
+from .geometry import GEOMETRIES
+from .heads import HEADS, VALUES
 from .observables import CLUSTER_METRICS, DEFAULT_GROUPS, GROUPS, canonical_groups
 from .strengths import STRENGTHS
 from .tokens import INITS
-
-GEOMETRIES = {"sphere": "tokens on the unit sphere: dx_i/dt = P_{x_i}(v_i)",
-              "flat": "flat space: dx_i/dt = v_i (only to contrast with the sphere)"}
-_SPHERICAL = {"sphere": True, "flat": False}  # one entry per geometry, no default
 
 # exp(beta * s) must stay finite for every observable (energies use it for all
 # attention types) and summed over n^2 pairs: exp(600) * 1e8 < float64 max.
@@ -76,8 +73,9 @@ class Cell:
                         "packaged all-MiniLM-L6-v2): trained heads and embedding tokens")
     layer: int = _doc(0, "layer of the weights file (trained heads)")
     head_subset: Sequence[int] = _doc((), "heads of the layer to use (trained heads); empty: heads 0..H-1")
-    values: str = _doc("aligned", "V_h of trained heads: aligned (V_h = M_h) or trained (W_O^h W_V^h)",
-                       ("aligned", "trained"))
+    values: str = _doc("aligned", "value matrices: aligned (V_h = M_h), identity (V_h = I; the energy "
+                       "identities then need not hold), or trained (W_O^h W_V^h of trained heads only)",
+                       _choices(VALUES))
     model_heads: int = _doc(0, "heads per layer in the weights file; 0: num_attention_heads of the "
                             "config.json beside it")
     lambda_dist: str = _doc("equal", "distribution of the head strengths lambda_h", _choices(STRENGTHS))
@@ -86,7 +84,9 @@ class Cell:
     concentration: float = _doc(1.0, "Dirichlet concentration (dirichlet only)")
     init: str = _doc("uniform", "initial tokens", _choices(INITS))
     gamma0: float = _doc(0.0, "initial common cosine (equiangular only)")
-    geometry: str = _doc("sphere", "sphere (projected flow) or flat dynamics", _choices(GEOMETRIES))
+    geometry: str = _doc("sphere", "how the attention velocity moves the tokens: sphere (Post-LN), flat, "
+                         "pre_ln, peri_ln or ngpt (docs/model.md, result 12)", _choices(GEOMETRIES))
+    ngpt_alpha: float = _doc(1.0, "nGPT's step size alpha (> 0; geometry: ngpt only)")
     seeds: int | Sequence[int] = _doc(4, "seed count (seeds 0..count-1) or a list of distinct seeds; "
                                       "a cell with no random input keeps its first seed only")
     t_max: float = _doc(10.0, "integration horizon")
@@ -175,11 +175,6 @@ class Cell:
             values["seeds"] = values["seeds"][:1]
 
     @property
-    def spherical(self) -> bool:
-        """Whether the flow is projected onto the sphere (``geometry``)."""
-        return _SPHERICAL[self.geometry]
-
-    @property
     def heads_per_seed(self) -> bool:
         """Whether each seed draws its own heads (the structure, or the strengths it reads, are seeded).
 
@@ -199,7 +194,9 @@ class Cell:
     def used_fields(self) -> tuple[str, ...]:
         """The conditional fields this cell's choices read (see ``CONDITIONAL_FIELDS``)."""
         structure = HEADS.get(self.heads)
-        used = structure.uses + INITS.get(self.init).uses
+        used = structure.uses + INITS.get(self.init).uses + GEOMETRIES.get(self.geometry).uses
+        if VALUES.get(self.values).reads(structure):
+            used += ("values",)
         if structure.reads_strengths:
             used += ("lambda_dist", "lambda_bar") + STRENGTHS.get(self.lambda_dist).uses
         if "clusters" in self.observables:
@@ -243,7 +240,14 @@ class Cell:
             out[name] = list(out[name])
         if self.engine != _DEFAULT_ENGINE:  # at its default, absent: jobs' parameters stay as they were
             out["engine"] = self.engine
+        out.update(self._later_fields())
         return out
+
+    def _later_fields(self) -> dict:
+        """The fields added after stores existed (``_LATER_FIELDS``) that are away from their defaults:
+        only these enter ``to_dict`` and the id, so every cell that existed before keeps its id."""
+        values = self.__dict__
+        return {name: values[name] for name in _LATER_FIELDS if values[name] != _DEFAULTS[name]}
 
     def canonical_json(self) -> str:
         """Exactly ``json.dumps(self.to_dict(), sort_keys=True)``, computed once per cell: what a job is
@@ -265,14 +269,16 @@ class Cell:
         # The same text as json.dumps of to_dict() less engine, sort_keys=True, built faster: the keys
         # are put in sorted order here once instead of sorted per call, and the tuple fields are
         # encoded as is (JSON writes a tuple as a list) instead of being copied to lists.
-        return json.dumps(dict(zip(_SORTED_NAMES, _SORTED_VALUES(self.__dict__), strict=True)))
+        fields = dict(zip(_SORTED_NAMES, _SORTED_VALUES(self.__dict__), strict=True))
+        later = self._later_fields()
+        return json.dumps(dict(sorted({**fields, **later}.items())) if later else fields)
 
     @functools.cached_property
     def _canonical_json(self) -> str:
         if self.engine == _DEFAULT_ENGINE:
             return self._identity_json
         fields = dict(zip(_SORTED_NAMES, _SORTED_VALUES(self.__dict__), strict=True))
-        return json.dumps(dict(sorted({**fields, "engine": self.engine}.items())))
+        return json.dumps(dict(sorted({**fields, **self._later_fields(), "engine": self.engine}.items())))
 
     def input_digest(self) -> str:
         """A digest of the files the cell reads (its weights), '' if none: part of its store's name."""
@@ -286,8 +292,12 @@ class Cell:
 FIELD_DOCS = {f.name: f.metadata["doc"] for f in dataclasses.fields(Cell)}
 FIELD_CHOICES = {f.name: f.metadata["choices"] for f in dataclasses.fields(Cell) if f.metadata["choices"]}
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Cell)}
-# The fields of to_dict() and the canonical JSON, less engine: there only where it is not its default.
-_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Cell) if f.name != "engine")
+# Fields added after stores existed: to_dict() and the JSON (hence the id) carry them only away from their
+# defaults, so the cells that existed before keep their ids (tests/test_cell_ids.py).
+_LATER_FIELDS = ("ngpt_alpha",)
+# The fields of to_dict() and the canonical JSON, less engine (there only where it is not its default) and
+# the later fields.
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Cell) if f.name not in ("engine",) + _LATER_FIELDS)
 _DEFAULT_ENGINE = _DEFAULTS["engine"]
 _FIELD_VALUES = operator.itemgetter(*_FIELD_NAMES)
 _SEQUENCE_FIELDS = ("seeds", "observables", "head_subset")  # tuples on the cell, lists in to_dict()
@@ -302,13 +312,13 @@ _CHECKS = tuple(
 )
 _MINIMUMS = (("H", 1), ("n", 2), ("d", 1), ("n_samples", 2), ("max_steps", 1), ("layer", 0),
              ("model_heads", 0))
-_POSITIVE = ("beta", "lambda_bar", "concentration", "t_max", "atol")
+_POSITIVE = ("beta", "lambda_bar", "concentration", "t_max", "atol", "ngpt_alpha")
 _SORTED_NAMES = tuple(sorted(_FIELD_NAMES))  # the key order of json.dumps(..., sort_keys=True)
 _SORTED_VALUES = operator.itemgetter(*_SORTED_NAMES)
 # Fields read only under some choices: the union of what the declarations say they read.
 CONDITIONAL_FIELDS = frozenset(
-    {u for registry in (STRENGTHS, HEADS, INITS) for item in registry for u in item.uses}
-    | {"cluster_eps", "lambda_dist", "lambda_bar"}
+    {u for registry in (STRENGTHS, HEADS, INITS, GEOMETRIES) for item in registry for u in item.uses}
+    | {"cluster_eps", "lambda_dist", "lambda_bar", "values"}
 )
 
 
@@ -341,8 +351,12 @@ def readers_of(field: str) -> str:
     init: equiangular", say."""
     if field == "cluster_eps":
         return "where the clusters observable is recorded"
+    if field == "values":
+        return "with the value matrices it names: " + "; ".join(
+            f"{v.name} under heads: {', '.join(v.heads)}" for v in VALUES if v.heads)
     readers = [f"{key}: {', '.join(item.name for item in registry if field in item.uses)}"
-               for key, registry in (("heads", HEADS), ("init", INITS), ("lambda_dist", STRENGTHS))
+               for key, registry in (("heads", HEADS), ("init", INITS), ("lambda_dist", STRENGTHS),
+                                     ("geometry", GEOMETRIES))
                if any(field in item.uses for item in registry)]
     strengths = ", ".join(item.name for item in HEADS if item.reads_strengths)
     if field in ("lambda_dist", "lambda_bar"):

@@ -11,19 +11,19 @@ whose options are the frozen objects below, in the manner of diffrax's
 
 - ``Problem``: the batch of initial tokens, its ``Heads`` (the score matrices in
   one ``heads.Form``, and the value matrices), the attention type, the mask,
-  the geometry and beta;
+  the geometry (and nGPT's step size) and beta;
 - ``Controller``: the error control's tolerances and the step budget (or fixed
   steps with no error control);
 - ``SaveAt``: the sample times and the observable groups measured there;
 - ``ClusterEvent``: the clustering criterion whose first crossing is
   ``t_cluster``, and whether a trajectory ends there.
 
-Declarations (attention rules, mask rules, head forms, clustering metrics,
-observable groups) are made once, in ``attnflow.attention``, ``heads`` and
-``observables``. Each engine keeps a table per kind of declaration, keyed by the
+Declarations (attention rules, mask rules, motion rules, head forms, clustering
+metrics, observable groups) are made once, in ``attnflow.attention``,
+``geometry``, ``heads`` and ``observables``. Each engine keeps a table per kind of declaration, keyed by the
 declared values (``declarations()``), and ``check_engine`` refuses, naming it, a
 declared value without its entry or an attention type or mask whose rule has
-none: an engine runs every declaration or refuses it at import, and dispatches
+none (likewise a geometry): an engine runs every declaration or refuses it at import, and dispatches
 through those tables, never through a default branch.
 """
 
@@ -36,11 +36,14 @@ from enum import IntEnum
 import numpy as np
 
 from .attention import ATTENTIONS, MASKS, AttentionType, Energy, Entropy, Mask, MaskRule, Weights
+from .geometry import GEOMETRIES, Geometry, Motion
 from .heads import Form
 from .observables import CLUSTER_METRICS, GROUPS, ClusterMetric, canonical_groups
 
 __all__ = ["ClusterEvent", "Controller", "EngineResult", "Heads", "IntegrationError", "Problem", "SaveAt",
-           "TrajectoryStatus", "check_attention", "check_batch", "check_engine", "check_mask", "declarations",
+           "TrajectoryStatus", "check_attention", "check_batch", "check_engine", "check_geometry",
+           "check_mask",
+           "declarations",
            "failure_reason", "head_form", "raise_first_failure"]
 
 
@@ -49,7 +52,7 @@ __all__ = ["ClusterEvent", "Controller", "EngineResult", "Heads", "IntegrationEr
 def declarations() -> dict[str, tuple]:
     """Every declared value an engine must implement, by kind: the key sets of an engine's tables."""
     return {"weight rule": tuple(Weights), "energy rule": tuple(Energy), "entropy rule": tuple(Entropy),
-            "mask rule": tuple(MaskRule), "head form": tuple(Form),
+            "mask rule": tuple(MaskRule), "motion rule": tuple(Motion), "head form": tuple(Form),
             "clustering metric": CLUSTER_METRICS.names(), "observable group": GROUPS.names()}
 
 
@@ -79,6 +82,14 @@ def check_mask(engine: str, kernels: Mapping[str, Mapping], mask: Mask) -> None:
                                   f"{mask.rule!r}, which has no kernel in engine {engine!r}")
 
 
+def check_geometry(engine: str, kernels: Mapping[str, Mapping], geometry: Geometry) -> None:
+    """Refuse a geometry whose motion rule has no entry in ``engine``'s tables, naming it and the rule."""
+    if not _has(kernels["motion rule"], geometry.motion, Motion):
+        rule = geometry.motion
+        raise NotImplementedError(f"geometry {geometry.name!r} declares {type(rule).__name__} rule {rule!r}, "
+                                  f"which has no kernel in engine {engine!r}")
+
+
 def check_engine(engine: str, kernels: Mapping[str, Mapping]) -> None:
     """Refuse, by name, any declaration ``engine`` has no kernel for: ``kernels`` holds the engine's table
     for each kind of declaration (``declarations()``), keyed by the declared values; a key that is not
@@ -99,6 +110,8 @@ def check_engine(engine: str, kernels: Mapping[str, Mapping]) -> None:
         check_attention(engine, kernels, kind)
     for mask in MASKS:
         check_mask(engine, kernels, mask)
+    for geometry in GEOMETRIES:
+        check_geometry(engine, kernels, geometry)
 
 
 # --- the problem -----------------------------------------------------------------------------------
@@ -208,23 +221,28 @@ def check_batch(x, heads: Heads, beta, name: str = "x0") -> None:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Problem:
     """What is integrated: ``x0`` (B, n, d) initial tokens under ``heads``, an attention type and a mask
-    (declarations, or their names in ``attnflow.attention``), on the sphere or in flat space, at inverse
-    temperature ``beta`` (one for all, or (B,) one per trajectory)."""
+    (declarations, or their names in ``attnflow.attention``), in a geometry (``attnflow.geometry``: a
+    declaration or its name; ``ngpt_alpha`` is read by ``ngpt`` only), at inverse temperature ``beta``
+    (one for all, or (B,) one per trajectory). Where the geometry carries radii the rows of ``x0`` are
+    ``r_k theta_k``; on the sphere they have unit norm."""
 
     x0: np.ndarray
     heads: Heads
     attention: AttentionType | str
     beta: float | np.ndarray
-    spherical: bool = True
+    geometry: Geometry | str = "sphere"
     mask: Mask | str = "none"
+    ngpt_alpha: float = 1.0
 
     def __post_init__(self):
         if not isinstance(self.attention, AttentionType):
             object.__setattr__(self, "attention", ATTENTIONS.get(self.attention))
         if not isinstance(self.mask, Mask):
             object.__setattr__(self, "mask", MASKS.get(self.mask))
-        if not isinstance(self.spherical, (bool, np.bool_)):
-            raise ValueError(f"spherical: {self.spherical!r}, expected True (the sphere) or False (flat)")
+        if not isinstance(self.geometry, Geometry):
+            object.__setattr__(self, "geometry", GEOMETRIES.get(self.geometry))
+        if not (np.isfinite(self.ngpt_alpha) and self.ngpt_alpha > 0):
+            raise ValueError(f"ngpt_alpha: {self.ngpt_alpha!r}, expected a finite number > 0")
         check_batch(self.x0, self.heads, self.beta)
 
     @property

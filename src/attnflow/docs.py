@@ -122,7 +122,8 @@ def config_markdown() -> str:
     from .attention import ATTENTIONS
     from .cell import _DEFAULTS, CONDITIONAL_FIELDS, FIELD_CHOICES, FIELD_DOCS
     from .config import TOP_LEVEL
-    from .heads import HEADS
+    from .geometry import GEOMETRIES
+    from .heads import HEADS, VALUES
     from .observables import GROUPS
     from .strengths import STRENGTHS
     from .tokens import INITS
@@ -166,6 +167,10 @@ def config_markdown() -> str:
             f"; reads {', '.join(s.uses)}" if s.uses else "")),
         ("Initial tokens (`init`)", INITS, lambda i: i.description + (f"; reads {', '.join(i.uses)}"
                                                                         if i.uses else "")),
+        ("Geometries (`geometry`)", GEOMETRIES, lambda g: g.description + (
+            f"; speed s_k = {g.speed_text}" if g.speed_text else "") + (f"; reads {', '.join(g.uses)}"
+                                                                          if g.uses else "")),
+        ("Value matrices (`values`)", VALUES, lambda v: v.description),
         ("Observable groups (`observables`)", GROUPS, lambda g: g.description + ": " + ", ".join(
             f"`{v.name}`" for v in g.variables)),
     ):

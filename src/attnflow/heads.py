@@ -64,7 +64,7 @@ class HeadMatrices:
     diagonal : (S, H, d), ``M_h = diag(diagonal[s, h])`` (no d x d matrix is ever formed)
     score_matrices : (S, H, d, d) symmetric ``M_h``
     factors : ``(U, e)`` with ``U`` (S, H, d, r) and ``e`` (S, H, r): ``M_h = U_h diag(e_h) U_h^T``
-    values : (S, H, d, d) ``V_h``, or None for value alignment ``V_h = M_h``
+    values : (S or 1, H, d, d) ``V_h``, or None for value alignment ``V_h = M_h``
     strengths : (S, H) the head strengths the matrices were built from
     """
 
@@ -211,6 +211,30 @@ def _trained_orthogonal_check(cell):
 
 _TRAINED = ("weights", "layer", "head_subset", "model_heads")
 
+
+@dataclasses.dataclass(frozen=True)
+class ValueMatrices:
+    """A choice of value matrices (``Cell.values``)."""
+
+    name: str
+    # V_h = M_h: the energy identities (Thm 11, 16-17, results 8 and 12) can hold; elsewhere the energies
+    # and their rates are still exact, but the flow is no gradient flow of them
+    aligned: bool
+    heads: tuple[str, ...]  # the head structures that provide them; () for every one
+    description: str
+
+    def reads(self, structure: HeadStructure) -> bool:
+        """Whether heads of ``structure`` take these values (elsewhere the cell keeps the default)."""
+        return not self.heads or structure.name in self.heads
+
+
+VALUES: Registry[ValueMatrices] = Registry("values", [
+    ValueMatrices("aligned", True, (), "value alignment V_h = M_h (the paper's gradient-flow setting)"),
+    ValueMatrices("identity", False, (), "V_h = I: the standard model of Geshkovski et al. and of Karagodin "
+                  "et al.'s causal-mask theorem; not a gradient flow of the energies"),
+    ValueMatrices("trained", False, ("trained",), "W_O^h W_V^h of the trained layer (heads: trained only)"),
+])
+
 HEADS: Registry[HeadStructure] = Registry("heads", [
     HeadStructure("scalar", _scalar, Form.DIAGONAL, lambda c, lam: lam, (),
                   "M_h = lambda_h I (where the closed forms of Thm 19, 22, 25, 27 are derived)",
@@ -225,7 +249,7 @@ HEADS: Registry[HeadStructure] = Registry("heads", [
                   "M_h = lambda_h G / ||G||_op, G a seeded symmetric Gaussian matrix", seeded=True),
     HeadStructure("trained", _trained, Form.FACTORED,
                   lambda c, lam: float(np.max(_trained_matrices(c).norms)),
-                  _TRAINED + ("values",),
+                  _TRAINED,
                   "one layer of a trained transformer: M_h = sym(W_Q^h^T W_K^h) / sqrt(d_head), strengths "
                   "||M_h||_op (attnflow.trained)", check=_trained_check, reads_strengths=False,
                   rank=lambda c: _trained_matrices(c).factors[1].shape[-1]),
@@ -244,4 +268,7 @@ def head_matrices(cell, seeds) -> HeadMatrices:
     from .strengths import head_strengths
 
     seeds = seed_batch(seeds, "head_matrices")
-    return HEADS.get(cell.heads).build(cell, np.stack([head_strengths(cell, s) for s in seeds]), seeds)
+    built = HEADS.get(cell.heads).build(cell, np.stack([head_strengths(cell, s) for s in seeds]), seeds)
+    if cell.values == "identity":  # shared by every seed (leading axis 1)
+        built.values = np.broadcast_to(np.eye(cell.d), (1, cell.H, cell.d, cell.d))
+    return built

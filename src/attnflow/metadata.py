@@ -77,7 +77,7 @@ CELL_LONG_NAMES = {
     "spread": "spread of the head strengths", "init": "initial tokens", "geometry": "geometry of the flow",
     "gamma0": "initial pairwise cosine", "cluster_threshold": "threshold of the clustering criterion",
     "cluster_metric": "clustering criterion", "cluster_eps": "cluster merging tolerance",
-    "t_max": "integration horizon",
+    "t_max": "integration horizon", "ngpt_alpha": "nGPT step size", "values": "value matrices",
 }
 
 _T = FLOW_TIME

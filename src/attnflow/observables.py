@@ -82,7 +82,8 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
                         f"g^h_i = sum_j exp(beta s^h_ij) M_h x_j, {RATE}",
             Energy.SOFTPLUS: "exact dE_h/dt = (1/n) sum_i <dx_i/dt, g^h_i>, "
                              f"g^h_i = sum_j sigma(beta s^h_ij - log n) M_h x_j, {RATE}"}),
-    ), True, True, "per-head energies and their exact rates (Thm 11, 16-17, 39)"),
+    ), True, True, "per-head energies and their exact rates (Thm 11, 16-17, 39); the identities that tie "
+       "them to the kinetic term hold only with values: aligned (V_h = M_h), symmetric heads and no mask"),
     ObservableGroup("radial", (
         Variable("radial_shadow", ("head", "token"), "1", "radial shadow", "a^h_i = <f^h_i, x_i>"),
         Variable("tangential_power", ("head", "token"), "1", "tangential power",
@@ -103,7 +104,9 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
             Entropy.SIGMOID: f"-Cov_p(l_j, dl_j/dt), l_j = log sigma(beta s_ij - log n), exact, {RATE}"}),
     ), True, True, "attention entropy and its exact rate (Thm 27)"),
     ObservableGroup("positions", (
-        Variable("x", ("token", "dim"), "1", "token positions", "token positions x_i"),
+        Variable("x", ("token", "dim"), "1", "token positions",
+                 "token positions x_i (the directions theta_i = x_i / ||x_i|| where the geometry carries "
+                 "radii)"),
     ), False, False, "the token positions themselves"),
     # Monotonicity judged on the whole trajectory, not only at the samples (issue 52): the engines
     # evaluate the field and the per-head rates again at the end of every accepted step (one right-hand
@@ -117,6 +120,14 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
                  certified=False),
     ), True, True, "the least per-head energy rate over every accepted step, per sample interval "
                    "(per-head monotonicity on the whole trajectory)", requires=("energy",)),
+    ObservableGroup("radius", (
+        Variable("radius", ("token",), "1", "token radius",
+                 "r_i = ||x_i||: 1 on the sphere, growing from 1 under pre_ln and peri_ln"),
+        Variable("radius_mean", (), "1", "mean token radius", "mean over the tokens of r_i = ||x_i||"),
+        Variable("radius_spread", (), "1", "spread of the token radii",
+                 "standard deviation over the tokens of r_i = ||x_i||"),
+    ), False, False, "the token radii r_i = ||x_i|| (the state of pre_ln and peri_ln; every other group "
+       "reads the directions x_i / r_i there)"),
 ])
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from .attention import ATTENTIONS
 from .cell import Cell
-from .heads import HEADS, Form
+from .heads import HEADS, VALUES, Form
 from .observables import GROUPS, variables
 
 # Measured: peak RSS of a job simulating a tiny cell: 250 MB with the compiled
@@ -77,7 +77,10 @@ def head_entries(cell: Cell) -> int:
     structure = HEADS.get(cell.heads)
     per_head = {Form.DIAGONAL: cell.d, Form.DENSE: cell.d * cell.d,
                 Form.FACTORED: cell.d * rank(cell) + (cell.d * cell.d if cell.values == "trained" else 0)}
-    return cell.H * per_head[structure.form] * (cell.n_seeds if cell.heads_per_seed else 1)
+    entries = cell.H * per_head[structure.form] * (cell.n_seeds if cell.heads_per_seed else 1)
+    if cell.values == "identity":  # V_h = I as (H, d, d) matrices, shared by every seed
+        entries += cell.H * cell.d * cell.d
+    return entries
 
 
 def rank(cell: Cell) -> int:
@@ -243,14 +246,18 @@ def flops_per_call(cell: Cell) -> float:
     """Floating-point work of one field evaluation of one trajectory, as the head form applies it."""
     structure = HEADS.get(cell.heads)
     form = structure.form
+    aligned = VALUES.get(cell.values).aligned
     if form == Form.DIAGONAL:
-        d = min(cell.d, cell.n) if structure.isotropic else cell.d  # integrated in the tokens' span
+        # integrated in the tokens' span where every M_h = lambda_h I and V_h = M_h
+        d = min(cell.d, cell.n) if structure.isotropic and aligned else cell.d
         flops = cell.H * (cell.n * d + 4 * cell.n * cell.n * d)
     elif form == Form.FACTORED:
         r = rank(cell)
         flops = cell.H * (4 * cell.n * cell.d * r + 4 * cell.n * cell.n * r)
     else:  # Form.DENSE
         flops = cell.H * (2 * cell.n * cell.d * cell.d + 4 * cell.n * cell.n * cell.d)
+    if not aligned:  # the rows V_h x_j: a d x d product per head
+        flops += cell.H * 2 * cell.n * cell.d * cell.d
     return float(flops)
 
 

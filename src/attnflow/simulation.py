@@ -12,6 +12,7 @@ from .attention import ATTENTIONS
 from .cell import INT64_MAX, MAX_EXPONENT, MIN_RTOL, Cell
 from .contract import ClusterEvent, Controller, Heads, IntegrationError, Problem, SaveAt, failure_reason
 from .engines import engine_for, solver_for
+from .geometry import GEOMETRIES
 from .heads import Form, head_matrices
 from .metadata import COORDINATES
 from .numerics import ENGINE_NUMERICS
@@ -93,7 +94,8 @@ def simulate(
     x0 : ndarray, optional
         Initial tokens, ``(n, d)`` (shared by all seeds) or ``(seeds, n, d)``,
         replacing the cell's ``init``. On the sphere each row must have unit
-        norm to ``1e-8`` (then it is normalised exactly) or ``ValueError``.
+        norm to ``1e-8`` (then it is normalised exactly) or ``ValueError``; where the geometry
+        carries radii the rows are ``r_k theta_k`` (any norm but 0).
     score_matrices : ndarray, optional
         ``(H, d, d)`` symmetric score matrices ``M_h`` replacing the cell's head structure (``heads``).
     value_matrices : ndarray, optional
@@ -158,7 +160,7 @@ def simulate(
     times = cell.sample_times()
     # The heads in the form's field of ``Heads`` (``Form.array``).
     problem = Problem(x_init, Heads(**{form.array: stacked}, values=values), cell.attention, cell.beta,
-                      cell.spherical, cell.mask)
+                      cell.geometry, cell.mask, cell.ngpt_alpha)
     result = _integrate(cell, problem, times, Controller(cell.rtol, cell.atol, cell.max_steps), strict=False)
     recorded = result.variables
     failure, t_failed, reasons = _seed_failures(cell, result, times)
@@ -235,7 +237,8 @@ def simulate(
         "x0_source": "cell" if x0 is None else "explicit",
         "heads_source": "cell" if score_matrices is None else "explicit",
         "values_source": "explicit" if value_matrices is not None else (
-            "heads" if values is not None else _ALIGNED_VALUES_SOURCE),
+            cell.values if cell.values == "identity" else "heads" if values is not None
+            else _ALIGNED_VALUES_SOURCE),
         "solver": "Dormand-Prince 5(4), per-trajectory error control, retraction onto the sphere",
         "engine": engine_for(cell),  # the engine that ran: numba or jax (Cell.engine may say auto)
         "engine_numerics": ENGINE_NUMERICS[engine_for(cell)],  # that engine's own numerics version
@@ -320,7 +323,7 @@ def _seed_failures(cell, result, times):
             reasons[b] = f"non-finite values in {bad_name[b]} at t = {times[k]:.6g} of {times[-1]:g}"
         for v in result.variables.values():
             v[b, k:] = np.nan if v.dtype.kind == "f" else -1
-    if cell.spherical:
+    if GEOMETRIES.get(cell.geometry).unit_rows:  # the tokens, or their directions, on the sphere
         for b in np.flatnonzero((result.norm_drift > _MAX_SPHERE_DRIFT) & (failure == SeedFailure.OK)):
             failure[b], t_failed[b] = SeedFailure.LEFT_THE_SPHERE, result.t_stop[b]
             reasons[b] = f"tokens left the sphere (drift {result.norm_drift[b]:.3g})"
@@ -485,7 +488,11 @@ def _check_x0(cell, x0):
         raise ValueError(f"x0: shape {x0.shape}, expected (n, d) = {(cell.n, cell.d)} "
                          f"or (seeds, n, d) = {(cell.n_seeds, cell.n, cell.d)}")
     x0 = np.array(x0)
-    if cell.spherical:
+    geometry = GEOMETRIES.get(cell.geometry)
+    if geometry.radii and np.any(np.linalg.norm(x0, axis=-1) == 0.0):
+        raise ValueError(f"x0: a token of norm 0 has no direction (geometry {cell.geometry}: "
+                         "x_k = r_k theta_k)")
+    if geometry.on_sphere:
         off = np.max(np.abs(np.linalg.norm(x0, axis=-1) - 1.0))
         if off > _SPHERE_TOLERANCE:
             raise ValueError(f"x0: tokens are not on the unit sphere (max | ||x_i|| - 1 | = {off:.3g})")

@@ -1,4 +1,4 @@
-"""Closed forms of the paper (docs/model.md, results 3-5), vectorised over numpy arrays.
+"""Closed forms of the paper (docs/model.md, results 3-5 and 12), vectorised over numpy arrays.
 
 Every function broadcasts its array arguments against each other, so a whole
 phase diagram is one call.
@@ -24,6 +24,10 @@ __all__ = [
     "crossover_beta",
     "solve_equiangular",
     "late_rate",
+    "equiangular_scheme_parts",
+    "equiangular_scheme_rates",
+    "solve_equiangular_scheme",
+    "equiangular_scheme_time",
 ]
 
 
@@ -232,3 +236,85 @@ def solve_equiangular(gamma0, lambdas, beta, n, t, *, attention="softmax", rtol=
 def late_rate(lambdas):
     """Late-time exponential rate ``2 Lambda = 2 sum_h lambda_h`` of ``epsilon(t)`` (Thm 22)."""
     return 2.0 * np.sum(np.asarray(lambdas, dtype=float), axis=-1)
+
+
+# --- normalization schemes from equiangular starts (docs/model.md, result 12) ----------------------
+
+def equiangular_scheme_parts(gamma, lambdas, beta, n):
+    """``(G, g, ||u||)`` at the common cosine ``gamma`` (scalar heads, softmax, equiangular tokens).
+
+    ``G`` is the speed-1 rate of result 4 (:func:`equiangular_rate`); ``g = <theta_k, u_k>`` and
+    ``||u_k||`` follow from ``u_k = a theta_k + b sum_{j != k} theta_j`` with
+    ``a = sum_h lambda_h e^{beta lambda_h} / Z_h``, ``b = sum_h lambda_h e^{beta lambda_h gamma} / Z_h``,
+    ``Z_h = e^{beta lambda_h} + (n-1) e^{beta lambda_h gamma}``.
+    """
+    gamma = np.asarray(gamma, dtype=float)
+    lambdas = np.asarray(lambdas, dtype=float)
+    # weights relative to the self weight: e^{beta lambda (gamma - 1)} <= 1, no overflow
+    w = np.exp(beta * lambdas * (gamma[..., None] - 1.0))
+    z = 1.0 + (n - 1.0) * w
+    a = np.sum(lambdas / z, axis=-1)
+    b = np.sum(lambdas * w / z, axis=-1)
+    rate = 2.0 * b * (1.0 - gamma) * (1.0 + (n - 1.0) * gamma)
+    radial = a + b * (n - 1.0) * gamma
+    norm = np.sqrt(a * a + 2.0 * a * b * (n - 1.0) * gamma + b * b * (n - 1.0) * (1.0 + (n - 2.0) * gamma))
+    return rate, radial, norm
+
+
+def equiangular_scheme_rates(gamma, r, lambdas, beta, n, geometry, ngpt_alpha=1.0):
+    """``(dgamma/dt, dr/dt)`` from an equiangular start in ``geometry`` (a name or a declaration of
+    ``attnflow.geometry``): ``dgamma/dt = s G``, ``dr/dt = s r g`` where the state carries radii (0
+    elsewhere), ``s`` the geometry's speed at ``(r, ||u||)``. ``ValueError`` for flat space, no sphere
+    flow (its tokens leave the sphere)."""
+    from .geometry import GEOMETRIES, Geometry
+
+    shape = geometry if isinstance(geometry, Geometry) else GEOMETRIES.get(geometry)
+    if shape.speed is None:
+        raise ValueError(f"geometry = {shape.name!r}: no sphere flow, no equiangular ODE of the directions")
+    rate, radial, norm = equiangular_scheme_parts(gamma, lambdas, beta, n)
+    r = np.asarray(r, dtype=float)
+    s = shape.speed(r, norm, ngpt_alpha)
+    return s * rate, (s * r * radial if shape.radii else 0.0 * r)
+
+
+def solve_equiangular_scheme(gamma0, lambdas, beta, n, t, geometry, *, ngpt_alpha=1.0, rtol=1e-12,
+                             atol=1e-14):
+    """``(gamma(t), r(t))`` on the scalar ODEs of :func:`equiangular_scheme_rates` from ``gamma0``,
+    ``r = 1``, by scipy's DOP853 at tight tolerance: the reference for the particles."""
+    from scipy.integrate import solve_ivp
+
+    t = np.asarray(t, dtype=float)
+
+    def rhs(_t, y):
+        return np.array(equiangular_scheme_rates(y[0], y[1], lambdas, beta, n, geometry, ngpt_alpha))
+
+    sol = solve_ivp(rhs, (float(t[0]), float(t[-1])), [float(gamma0), 1.0], method="DOP853", t_eval=t,
+                    rtol=rtol, atol=atol)
+    if not sol.success:
+        raise RuntimeError(f"equiangular ODE ({geometry}) failed: {sol.message}")
+    return sol.y[0], sol.y[1]
+
+
+def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alpha=1.0):
+    """Time for the common cosine to go from ``gamma0`` to ``gamma1`` in ``geometry``, a quadrature in
+    ``gamma``: ``T = int dgamma / (s G)`` with ``log r(gamma) = int g / G`` where the state carries
+    radii (the speed drops out of ``dr/dgamma``), ``r = 1`` elsewhere. For pre_ln that is
+    ``T_pre = int r(gamma) / G(gamma) dgamma`` (docs/model.md, result 12). Both integrals run together
+    on scipy's DOP853 in ``gamma`` at rtol 1e-13; scalar arguments, ``lambdas`` one head vector."""
+    from scipy.integrate import solve_ivp
+
+    from .geometry import GEOMETRIES, Geometry
+
+    shape = geometry if isinstance(geometry, Geometry) else GEOMETRIES.get(geometry)
+    if shape.speed is None:
+        raise ValueError(f"geometry = {shape.name!r}: no sphere flow, no equiangular ODE of the directions")
+
+    def rhs(gamma, y):
+        rate, radial, norm = equiangular_scheme_parts(gamma, lambdas, beta, n)
+        s = shape.speed(np.exp(y[0]), norm, ngpt_alpha)
+        return [radial / rate if shape.radii else 0.0, 1.0 / (s * rate)]
+
+    sol = solve_ivp(rhs, (float(gamma0), float(gamma1)), [0.0, 0.0], method="DOP853", rtol=1e-13, atol=1e-15)
+    if not sol.success:
+        raise RuntimeError(f"equiangular time ({shape.name}) failed: {sol.message}")
+    return float(sol.y[1, -1])

@@ -25,11 +25,13 @@ from ..contract import (
     check_attention,
     check_batch,
     check_engine,
+    check_geometry,
     check_mask,
     failure_reason,
     head_form,  # noqa: F401  (re-exported: attnflow.engine.head_form)
     raise_first_failure,
 )
+from ..geometry import GEOMETRIES, Geometry
 from ..heads import Form
 from ..numerics import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 from ..observables import GROUPS, canonical_groups, variables
@@ -52,7 +54,7 @@ from .dopri import (
     observe_batch,
     solve_batch,
 )
-from .field import COMPILED_FORMS, COMPILED_MASKS, COMPILED_WEIGHTS, Flow, HeadArrays
+from .field import COMPILED_FORMS, COMPILED_MASKS, COMPILED_MOTIONS, COMPILED_WEIGHTS, Flow, HeadArrays
 from .machinery import loaded_blas, run_threads
 from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
 
@@ -82,6 +84,7 @@ KERNELS = {
     "energy rule": {rule: int(rule) for rule in COMPILED_ENERGIES},
     "entropy rule": {rule: int(rule) for rule in COMPILED_ENTROPIES},
     "mask rule": {rule: int(rule) for rule in COMPILED_MASKS},
+    "motion rule": {rule: int(rule) for rule in COMPILED_MOTIONS},
     "head form": {Form.DIAGONAL: _diagonal_arrays, Form.DENSE: _dense_arrays,
                   Form.FACTORED: _factored_arrays},
     "clustering metric": METRICS,
@@ -106,16 +109,20 @@ def check_declarations() -> None:
 check_declarations()  # at import: every declaration has its compiled part
 
 
-def flow_of(attention: str | AttentionType, spherical: bool, mask: str | Mask = "none") -> Flow:
-    """The compiled flow record of an attention type and a mask (each a name or a declaration) and
-    geometry."""
+def flow_of(attention: str | AttentionType, geometry: str | Geometry = "sphere", mask: str | Mask = "none",
+            ngpt_alpha: float = 1.0) -> Flow:
+    """The compiled flow record of an attention type, a geometry and a mask (each a name or a
+    declaration); ``ngpt_alpha`` is read by ``ngpt`` alone."""
     kind = attention if isinstance(attention, AttentionType) else ATTENTIONS.get(attention)
     check_attention("numba", KERNELS, kind)
     masking = mask if isinstance(mask, Mask) else MASKS.get(mask)
     check_mask("numba", KERNELS, masking)
+    shape = geometry if isinstance(geometry, Geometry) else GEOMETRIES.get(geometry)
+    check_geometry("numba", KERNELS, shape)
     return Flow(KERNELS["weight rule"][kind.weights], bool(kind.normalised), bool(kind.velocity_over_n),
                 KERNELS["energy rule"][kind.energy], KERNELS["entropy rule"][kind.entropy],
-                KERNELS["mask rule"][masking.rule], bool(spherical))
+                KERNELS["mask rule"][masking.rule], KERNELS["motion rule"][shape.motion], bool(shape.radii),
+                bool(shape.on_sphere), float(ngpt_alpha))
 
 
 def _sampling(groups) -> Sampling:
@@ -224,7 +231,7 @@ def solve(problem: Problem, controller: Controller, saveat: SaveAt, event: Clust
         step-size underflow); False: return every trajectory, a failed one with ``status`` saying why
         and its samples after ``t_stop`` (where it failed) NaN (-1 for counts)
     """
-    flow = flow_of(problem.attention, problem.spherical, problem.mask)
+    flow = flow_of(problem.attention, problem.geometry, problem.mask, problem.ngpt_alpha)
     x0 = np.ascontiguousarray(problem.x0, dtype=np.float64)
     B, n, d = x0.shape
     t_eval, groups = saveat.times, saveat.groups
@@ -240,7 +247,7 @@ def solve(problem: Problem, controller: Controller, saveat: SaveAt, event: Clust
     control = Control(float(controller.rtol), float(controller.atol), controller.max_steps,
                       0.0 if fixed_step is None else float(fixed_step))
     criterion = Criterion(int(METRICS[event.metric.name]), float(event.threshold), saveat.level,
-                          bool(event.stop))
+                          bool(event.stop), flow.radii)
     with loaded_blas().limit(limits=1):
         run_threads(solve_batch, B, x0, head_arrays, flow, _per_trajectory(problem.beta, B), t_eval,
                     _method(tableau), control, criterion, _sampling(groups), out, stats)
@@ -268,19 +275,21 @@ def observe(
     diagonal: np.ndarray | None = None,
     attention: str | AttentionType,
     beta: float,
-    spherical: bool = True,
+    geometry: str | Geometry = "sphere",
     mask: str | Mask = "none",
+    ngpt_alpha: float = 1.0,
     values: np.ndarray | None = None,
     factors=None,
     groups=("cosines", "velocity", "energy", "radial", "entropy"),
     cluster_eps: float = 1e-2,
 ) -> dict[str, np.ndarray]:
     """The variables of ``groups`` at configurations ``x`` (B, n, d), score matrices as in
-    ``contract.Heads``, without integrating.
+    ``contract.Heads``, without integrating. Where the geometry carries radii the rows of ``x`` are
+    ``r_k theta_k`` (the observables read the directions, the ``radius`` group the r_k).
 
     Returns name -> array of shape (B, ...) for every variable of ``groups``.
     """
-    flow = flow_of(attention, spherical, mask)
+    flow = flow_of(attention, geometry, mask, ngpt_alpha)
     heads = Heads(score_matrices, diagonal, factors, values)
     check_batch(x, heads, beta, name="x")
     x = np.ascontiguousarray(x, dtype=np.float64)

@@ -42,8 +42,9 @@ T_STOP, T_CLUSTER, RETRACTION, DRIFT = 0, 1, 2, 3
 Method = namedtuple("Method", "a b e poly error_order fsal")
 # step control: tolerances, the step budget, and a fixed step (> 0: no error control)
 Control = namedtuple("Control", "rtol atol max_steps fixed_step")
-# the clustering criterion (``Metric``, threshold), the cluster-count level, and whether to stop there
-Criterion = namedtuple("Criterion", "metric threshold level stop")
+# the clustering criterion (``Metric``, threshold), the cluster-count level, whether to stop there, and
+# whether it reads the directions of a state with radii (``Flow.radii``)
+Criterion = namedtuple("Criterion", "metric threshold level stop radii")
 # what the samples record: ``want`` flags by ``Group``; ``field``: evaluate the field there;
 # ``keep_scores``: keep the raw scores s^h_ij (both from the groups' declarations)
 Sampling = namedtuple("Sampling", "want field keep_scores")
@@ -88,8 +89,8 @@ def _retract(x):
 
 
 @numba.njit(cache=True)
-def _dense(out, y, stages, h, sigma, poly, weights, spherical):
-    """The dense output at ``t + sigma h`` (retracted on the sphere)."""
+def _dense(out, y, stages, h, sigma, poly, weights, on_sphere):
+    """The dense output at ``t + sigma h`` (retracted where the state lies on the sphere)."""
     out, y, stages, poly, weights = borrow((out, y, stages, poly, weights))
     n_stages, degree = poly.shape
     for j in range(n_stages):
@@ -99,7 +100,7 @@ def _dense(out, y, stages, h, sigma, poly, weights, spherical):
             acc += poly[j, k] * power
         weights[j] = acc
     _accumulate(out, y, stages, h, weights)
-    if spherical:
+    if on_sphere:
         _retract(out)
 
 
@@ -137,8 +138,8 @@ def _met(value, metric, threshold):
 @numba.njit(cache=True, inline="always")
 def _holds(x, criterion, ws, sc):
     """Whether the clustering criterion holds at ``x``."""
-    return _met(criterion_value(x, ws.xt, sc.gram, criterion.metric, criterion.threshold), criterion.metric,
-                criterion.threshold)
+    return _met(criterion_value(x, ws.xt, sc.gram, criterion.metric, criterion.threshold, criterion.radii,
+                                sc.theta), criterion.metric, criterion.threshold)
 
 
 @numba.njit(cache=True, inline="always")
@@ -230,7 +231,7 @@ def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, 
     xs, xs_dot = buf.xs, buf.xs_dot
     while next_sample < t_eval.size and t_eval[next_sample] <= t_new:
         sigma = (t_eval[next_sample] - t) / h
-        _dense(xs, y, buf.stages, h, sigma, method.poly, buf.weights, flow.spherical)
+        _dense(xs, y, buf.stages, h, sigma, method.poly, buf.weights, flow.on_sphere)
         if sampling.field:
             field(xs, xs_dot, hd_ref, flow, beta, sampling.keep_scores, sampling.field, ws_ref)
             calls += 1
@@ -243,7 +244,7 @@ def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, 
             value = _sampled_value(out, b, next_sample, criterion.metric)
             if _met(value, criterion.metric, criterion.threshold):
                 t_cluster = _locate(y, buf.stages, h, t, sigma_unmet, sigma, method.poly, buf.weights,
-                                    flow.spherical, criterion, xs, dereference(ws_ref), dereference(sc_ref))
+                                    flow.on_sphere, criterion, xs, dereference(ws_ref), dereference(sc_ref))
                 found = True
             else:
                 sigma_unmet = sigma
@@ -343,7 +344,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
                 sampling, t_eval, buf, ws_ref, sc_ref, out_ref)
             drift = max(drift, sampled_drift)
             calls += sample_calls
-            if flow.spherical:
+            if flow.on_sphere:
                 retraction = max(retraction, _retract(buf.y_new))
             if path and next_sample < t_eval.size and t_new > t_eval[next_sample - 1]:
                 step_rates(buf.y_new, buf.xs_dot, hd_ref, flow, beta, sampling, ws_ref, sc_ref, least,
@@ -351,7 +352,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
                 calls += 1
             if not found and _holds(buf.y_new, criterion, ws, sc):
                 t_cluster = _locate(y, stages, h, t, sigma_unmet, 1.0, method.poly, buf.weights,
-                                    flow.spherical, criterion, buf.xs, ws, sc)
+                                    flow.on_sphere, criterion, buf.xs, ws, sc)
                 found = True
             copy_into(y, buf.y_new)
             if method.fsal:
@@ -393,14 +394,14 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
 
 
 @numba.njit(cache=True)
-def _locate(y, stages, h, t, lo, hi, poly, weights, spherical, criterion, xs, ws, sc):
+def _locate(y, stages, h, t, lo, hi, poly, weights, on_sphere, criterion, xs, ws, sc):
     """First time in ``(t + lo h, t + hi h]`` where the criterion holds, by bisection on the dense output."""
     y, stages, poly, weights, xs, ws, sc = borrow((y, stages, poly, weights, xs, ws, sc))
     for _ in range(_BISECTIONS):
         if (hi - lo) * h <= 4.0 * _EPS * max(abs(t), 1.0):
             break
         mid = 0.5 * (lo + hi)
-        _dense(xs, y, stages, h, mid, poly, weights, spherical)
+        _dense(xs, y, stages, h, mid, poly, weights, on_sphere)
         if _holds(xs, criterion, ws, sc):
             hi = mid
         else:

@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from ..attention import MaskRule, Weights
+from ..geometry import Motion
 from ..heads import Form
 from .machinery import (
     borrow,
@@ -36,12 +37,14 @@ from .machinery import (
 HeadArrays = namedtuple("HeadArrays", "form diagonal dense u ut eig values_t shared H")
 
 # The flow and what its observable groups measure, from the attention declaration
-# (``attnflow.attention``), the mask and the geometry; plain ints and bools, so
-# every flow compiles to the same specialisation.
+# (``attnflow.attention``), the mask and the geometry (``attnflow.geometry``); plain ints, bools and
+# one float, so every flow compiles to the same specialisation.
 #   weights, energy, entropy: the rules (``Weights``, ``Energy``, ``Entropy``)
 #   normalised, over_n: rows divided by Z_i; v = (1/n) sum_h f^h
-#   mask: which pairs attend (``MaskRule``);  spherical: project onto the tangent space
-Flow = namedtuple("Flow", "weights normalised over_n energy entropy mask spherical")
+#   mask: which pairs attend (``MaskRule``);  motion: dx/dt from v (``Motion``, ``motion``)
+#   radii: the state is x_k = r_k theta_k, attention reads theta_k;  on_sphere: retract after each step
+#   alpha: nGPT's step size (read by Motion.UNIT_TANGENT only)
+Flow = namedtuple("Flow", "weights normalised over_n energy entropy mask motion radii on_sphere alpha")
 
 # Buffers of one trajectory, reused by every evaluation. After ``field`` they hold
 # that evaluation's intermediate results, which ``measure`` reads.
@@ -54,7 +57,8 @@ Flow = namedtuple("Flow", "weights normalised over_n energy entropy mask spheric
 #   f (H, n, d)    head outputs f^h_i;  v (n, d) velocity before projection;  xv (n, d) X V_h^T
 #   y_rows (H n, d)  y with the heads' rows stacked, for the score rates (a view made once: numba's
 #                  reshape calls a C helper, which a small cell feels when taken per evaluation)
-Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv y_rows")
+#   theta (n, d)   the directions x_k / ||x_k|| where the state carries radii (``Flow.radii``)
+Workspace = namedtuple("Workspace", "xt y z zl zt wz w sraw rowmax rowsum f v xv y_rows theta")
 
 
 @numba.njit(cache=True)
@@ -66,7 +70,7 @@ def workspace(n, d, H, r, keep_scores, separate_values):
         np.empty((H, n, n)) if keep_scores else np.empty((0, 0, 0)),
         np.zeros((H, n)), np.zeros((H, n)), np.empty((H, n, d)), np.empty((n, d)),
         np.empty((n, d)) if separate_values else np.empty((0, 0)),
-        y.reshape(H * n, d),
+        y.reshape(H * n, d), np.empty((n, d)),
     )
 
 
@@ -76,6 +80,51 @@ COMPILED_WEIGHTS = frozenset({Weights.SOFTMAX, Weights.EXP, Weights.RELU, Weight
 COMPILED_FORMS = frozenset({Form.DIAGONAL, Form.DENSE, Form.FACTORED})
 # The mask rules with a branch in ``attended`` and ``_mask_rows``: ``contract.check_mask`` refuses any other.
 COMPILED_MASKS = frozenset({MaskRule.NONE, MaskRule.CAUSAL})
+# The motion rules with a branch in ``motion``: ``contract.check_geometry`` refuses any other.
+COMPILED_MOTIONS = frozenset({Motion.TANGENT, Motion.FREE, Motion.UNIT, Motion.UNIT_TANGENT})
+
+
+@numba.njit(cache=True, inline="always")
+def unit_rows_into(x, out):
+    """``out_k = x_k / ||x_k||`` for every row (the directions of a state with radii)."""
+    n, d = x.shape
+    for i in range(n):
+        norm = 0.0
+        for k in range(d):
+            norm += x[i, k] * x[i, k]
+        inv = 1.0 / np.sqrt(norm)
+        for k in range(d):
+            out[i, k] = x[i, k] * inv
+
+
+@numba.njit(cache=True, inline="always")
+def motion(flow, v, x, out):
+    """``dx/dt`` into ``out`` from the attention velocity ``v`` read at the unit rows ``x`` (the tokens on
+    the sphere, or the directions), by the geometry's motion rule (``geometry.Motion``)."""
+    n, d = v.shape
+    rule = flow.motion
+    tangent = rule == Motion.TANGENT or rule == Motion.UNIT_TANGENT
+    unit = rule == Motion.UNIT or rule == Motion.UNIT_TANGENT
+    known = tangent or rule == Motion.FREE or rule == Motion.UNIT
+    for i in range(n):
+        radial = 0.0
+        if tangent:
+            for k in range(d):
+                radial += v[i, k] * x[i, k]
+        scale = 1.0
+        if unit:
+            norm = 0.0
+            for k in range(d):
+                norm += v[i, k] * v[i, k]
+            scale = (flow.alpha if rule == Motion.UNIT_TANGENT else 1.0) / np.sqrt(norm)
+        if not known:  # unreachable: check_geometry refuses a rule without its branch; poison
+            scale = np.nan
+        if unit or not known:
+            for k in range(d):
+                out[i, k] = scale * (v[i, k] - radial * x[i, k])
+        else:  # the sphere and flat space as they always were, to the last bit
+            for k in range(d):
+                out[i, k] = v[i, k] - radial * x[i, k]
 
 
 @numba.njit(cache=True, inline="always")
@@ -205,10 +254,14 @@ def field(x, out, heads_ref, flow, beta, keep_scores, need_rows, work_ref):
     ``heads_ref`` and ``work_ref`` are references (``machinery.by_reference``) to the trajectory's
     ``HeadArrays`` and ``Workspace``. ``keep_scores`` keeps the raw scores s^h_ij in ``ws.sraw``;
     ``need_rows`` makes sure ``ws.y`` holds the rows ``M_h x_j`` also in the factored form (both for the
-    observable groups).
+    observable groups). Where the state carries radii (``flow.radii``), attention reads the directions
+    ``ws.theta``, and the workspace holds their scores and rows.
     """
     x, out = borrow((x, out))
     hd, ws = dereference(heads_ref), dereference(work_ref)
+    if flow.radii:
+        unit_rows_into(x, ws.theta)
+        x = ws.theta
     n, d = x.shape
     H = ws.f.shape[0]
     transpose_into(x, ws.xt)
@@ -255,10 +308,4 @@ def field(x, out, heads_ref, flow, beta, keep_scores, need_rows, work_ref):
                 v[i, k] += f[i, k]
     if flow.over_n:
         v *= 1.0 / n
-    for i in range(n):
-        radial = 0.0
-        if flow.spherical:
-            for k in range(d):
-                radial += v[i, k] * x[i, k]
-        for k in range(d):
-            out[i, k] = v[i, k] - radial * x[i, k]
+    motion(flow, v, x, out)

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from ..attention import Energy, Entropy, MaskRule, Weights
-from .field import attended
+from .field import attended, unit_rows_into
 from .machinery import borrow, copy_into, dereference, exp_inplace, lane_sum, matmul, transpose_into
 
 
@@ -31,6 +31,7 @@ class Group(IntEnum):
     ENTROPY = 5
     POSITIONS = 6
     ENERGY_PATH = 7  # written by the integration loop at every accepted step (dopri.step_rates), not here
+    RADIUS = 8
 
 
 class Metric(IntEnum):
@@ -44,7 +45,8 @@ class Metric(IntEnum):
 Outputs = namedtuple(
     "Outputs",
     "gamma_mean gamma_min cluster_count kinetic gamma_mean_rate energy energy_rate radial_shadow "
-    "tangential_power rd_margin rd_margin_sufficient entropy entropy_rate x energy_rate_min",
+    "tangential_power rd_margin rd_margin_sufficient entropy entropy_rate x energy_rate_min radius "
+    "radius_mean radius_spread",
 )
 
 # Scratch of one trajectory's measurements.
@@ -53,7 +55,9 @@ Outputs = namedtuple(
 #   sdot (H, n, n): score rates ds^h_ij/dt of every head (``_score_rates``), sdot_rows (H n, n) a view
 #   with the heads' rows stacked;  xdt (d, n): (dX/dt)^T
 #   seen, stack (n,) int64: ``count_clusters``' search
-Scratch = namedtuple("Scratch", "gram p py sdot sdot_rows xdt fnorm radial seen stack row m z")
+#   theta, theta_dot (n, d): the directions and their velocity where the state carries radii
+Scratch = namedtuple("Scratch",
+                     "gram p py sdot sdot_rows xdt fnorm radial seen stack row m z theta theta_dot")
 
 
 @numba.njit(cache=True)
@@ -61,7 +65,8 @@ def scratch(n, d, H):
     sdot = np.empty((H, n, n))
     return Scratch(np.empty((n, n)), np.empty((n, n)), np.empty((n, d)), sdot, sdot.reshape(H * n, n),
                    np.empty((d, n)), np.empty((H, n)), np.empty((H, n)), np.empty(n, np.int64),
-                   np.empty(n, np.int64), np.empty(n), np.empty(n), np.empty(n))
+                   np.empty(n, np.int64), np.empty(n), np.empty(n), np.empty(n), np.empty((n, d)),
+                   np.empty((n, d)))
 
 
 @numba.njit(cache=True)
@@ -93,14 +98,18 @@ def gram_min(x, xt, gram):
 
 
 @numba.njit(cache=True)
-def criterion_value(x, xt, gram, metric, threshold):
-    """The clustering metric at ``x``: epsilon = 1 - gamma_min, or gamma_mean.
+def criterion_value(x, xt, gram, metric, threshold, radii, theta):
+    """The clustering metric at ``x``: epsilon = 1 - gamma_min, or gamma_mean; of the directions
+    (into ``theta``) where the state carries radii (``radii``).
 
     For epsilon, ``1 - gamma_mean`` is a lower bound (the minimum is at most the
     mean): while it is above ``threshold`` the criterion cannot hold and the
     O(n^2 d) Gram matrix is skipped.
     """
-    x, xt, gram = borrow((x, xt, gram))
+    x, xt, gram, theta = borrow((x, xt, gram, theta))
+    if radii:
+        unit_rows_into(x, theta)
+        x = theta
     mean = gamma_mean(x)
     if metric == Metric.EPSILON:
         if 1.0 - mean > threshold:
@@ -391,6 +400,43 @@ def _sigmoid_entropy_row_logs(logit, rate, p):
     return np.log(total) - mean_u, -cov
 
 
+@numba.njit(cache=True, inline="always")
+def _radius(x, out, b, t):
+    """The radii ``r_k = ||x_k||``, their mean and their spread (standard deviation over the tokens)."""
+    n, d = x.shape
+    total = 0.0
+    for i in range(n):
+        norm = 0.0
+        for k in range(d):
+            norm += x[i, k] * x[i, k]
+        r = np.sqrt(norm)
+        out.radius[b, t, i] = r
+        total += r
+    mean = total / n
+    spread = 0.0
+    for i in range(n):
+        spread += (out.radius[b, t, i] - mean) ** 2
+    out.radius_mean[b, t] = mean
+    out.radius_spread[b, t] = np.sqrt(spread / n)
+
+
+@numba.njit(cache=True, inline="always")
+def _directions(x, xdot, velocity, theta, theta_dot):
+    """``theta_k = x_k / r_k`` and, with a ``velocity``, ``dtheta_k/dt = P_{theta_k}(dx_k/dt) / r_k``."""
+    unit_rows_into(x, theta)
+    if not velocity:
+        return
+    n, d = x.shape
+    for i in range(n):
+        norm, radial = 0.0, 0.0
+        for k in range(d):
+            norm += x[i, k] * x[i, k]
+            radial += xdot[i, k] * theta[i, k]
+        inv = 1.0 / np.sqrt(norm)
+        for k in range(d):
+            theta_dot[i, k] = (xdot[i, k] - radial * theta[i, k]) * inv
+
+
 @numba.njit(cache=True)
 def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, work_ref, scratch_ref, out_ref, b, t):
     """Write the variables of the groups ``sampling`` wants at state ``x`` (velocity ``xdot``) into
@@ -404,13 +450,20 @@ def measure(x, xdot, sampling, flow, beta, shared_rows, cluster_level, work_ref,
     ``sum_j exp(beta s_ij) M_h x_j`` follows from ``f`` without a product.
     The energies run over all pairs whatever the mask: they are functions of
     the positions, and their rates exact derivatives along any flow.
-    Returns the largest ``| ||x_i|| - 1 |``.
+    Where the state carries radii (``flow.radii``) every group but ``radius`` reads the directions
+    ``theta_k = x_k / ||x_k||`` and their velocity ``P_{theta_k}(dx_k/dt) / r_k``.
+    Returns the largest ``| ||x_i|| - 1 |`` (of the directions, where the state carries radii).
     """
     x, xdot, sampling = borrow((x, xdot, sampling))
     ws, sc, out = dereference(work_ref), dereference(scratch_ref), dereference(out_ref)
     n, d = x.shape
     H = ws.f.shape[0]
     want = sampling.want
+    if want[Group.RADIUS.value]:
+        _radius(x, out, b, t)
+    if flow.radii:
+        _directions(x, xdot, sampling.field, sc.theta, sc.theta_dot)
+        x, xdot = sc.theta, sc.theta_dot
     drift = 0.0
     for i in range(n):
         norm = 0.0

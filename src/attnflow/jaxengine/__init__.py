@@ -8,7 +8,8 @@ bounds and error norm, the RMS of the error over ``atol + rtol max(|y0|,
 takes the numba engine's steps), retracted onto the sphere after every
 accepted step; the samples at ``t_eval`` come from the dense output, scaled
 back onto the sphere, and every observable is computed from those positions
-(``measure.py``). The clustering stop is a diffrax ``Event``. Trajectories are
+(``measure.py``; from their directions where the geometry carries radii). The
+clustering stop is a diffrax ``Event``. Trajectories are
 batched with ``jax.vmap``, in float64 (x64 is switched on for this engine's
 calls only).
 
@@ -44,6 +45,7 @@ from ..contract import (
     TrajectoryStatus,
     check_attention,
     check_engine,
+    check_geometry,
     check_mask,
     raise_first_failure,
 )
@@ -160,6 +162,8 @@ def solve(problem: Problem, controller: Controller, saveat: SaveAt, event: Clust
     kind, masking = problem.attention, problem.mask
     check_attention("jax", kernels(), kind)
     check_mask("jax", kernels(), masking)
+    geometry = problem.geometry
+    check_geometry("jax", kernels(), geometry)
     x0 = np.ascontiguousarray(problem.x0, dtype=np.float64)
     B, n, d = x0.shape
     t_eval, groups = saveat.times, saveat.groups
@@ -167,7 +171,9 @@ def solve(problem: Problem, controller: Controller, saveat: SaveAt, event: Clust
     declared = [GROUPS.get(g) for g in groups]
     fixed_step = controller.fixed_step
     rules = Rules(form, kind.weights, masking.rule, bool(kind.normalised), bool(kind.velocity_over_n),
-                  bool(problem.spherical), kind.energy, kind.entropy, groups,
+                  geometry.motion, bool(geometry.radii), bool(geometry.on_sphere),
+                  float(problem.ngpt_alpha),
+                  kind.energy, kind.entropy, groups,
                   any(g.needs_velocity or g.needs_scores for g in declared), event.metric.name,
                   bool(event.stop), controller.max_steps, None if fixed_step is None else float(fixed_step),
                   tuple(None if a is None or a.shape[0] == 1 else 0 for a in heads))

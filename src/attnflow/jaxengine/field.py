@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from ..attention import MaskRule, Weights
+from ..geometry import Motion
 from ..heads import Form
 
 
@@ -37,7 +38,7 @@ class Parts(NamedTuple):
     rows: jax.Array  # (H, n, d) y^h_j = M_h x_j
     pair_scores: jax.Array  # (H, n, n) the scores s^h_ij = <x_i, M_h x_j>
     outputs: jax.Array  # (H, n, d) head outputs f^h_i (rows divided by Z_i where normalised)
-    velocity: jax.Array  # (n, d) dx/dt
+    velocity: jax.Array  # (n, d) dx/dt (of the directions, once ``directions`` has turned them)
 
 
 def kernel(table: dict, rule, what: str):
@@ -100,10 +101,49 @@ WEIGHTS = {Weights.SOFTMAX: _softmax_weights, Weights.EXP: _exp_weights, Weights
            Weights.SIGMOID: _sigmoid_weights}
 
 
+def _tangent(v, x, alpha):
+    return v - jnp.sum(v * x, axis=-1, keepdims=True) * x
+
+
+def _free(v, x, alpha):
+    return v
+
+
+def _unit(v, x, alpha):
+    return v / jnp.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def _unit_tangent(v, x, alpha):
+    return alpha * _tangent(v, x, alpha) / jnp.linalg.norm(v, axis=-1, keepdims=True)
+
+
+# dx/dt from the attention velocity v at the unit rows x, by each motion rule (geometry.Motion).
+MOTIONS = {Motion.TANGENT: _tangent, Motion.FREE: _free, Motion.UNIT: _unit,
+           Motion.UNIT_TANGENT: _unit_tangent}
+
+
+def unit(x):
+    """Every row of ``x`` scaled to unit norm."""
+    return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def directions(x, parts: Parts | None):
+    """The directions ``theta_k = x_k / r_k`` of a state with radii, and ``parts`` with the velocity
+    ``dtheta_k/dt = P_{theta_k}(dx_k/dt) / r_k`` (None stays None)."""
+    theta = unit(x)
+    if parts is None:
+        return theta, None
+    r = jnp.linalg.norm(x, axis=-1, keepdims=True)
+    return theta, parts._replace(velocity=_tangent(parts.velocity, theta, 1.0) / r)
+
+
 def evaluate(x, heads: TrajectoryHeads, beta, *, form: Form, weights: Weights, mask: MaskRule,
-             normalised: bool, over_n: bool, spherical: bool) -> Parts:
-    """The field at ``x`` (n, d) and its parts; the rules are static (Python) values."""
+             normalised: bool, over_n: bool, motion: Motion, radii: bool, alpha: float) -> Parts:
+    """The field at ``x`` (n, d) and its parts; the rules are static (Python) values. Where the state
+    carries radii (``radii``) attention reads the directions, and the parts are theirs."""
     n = x.shape[0]
+    if radii:
+        x = unit(x)
     rows = kernel(ROWS, form, "head form")(x, heads)
     pair_scores = jnp.einsum("hid,jd->hij", rows, x)  # <M_h x_i, x_j> = <x_i, M_h x_j>, M_h symmetric
     w = kernel(WEIGHTS, weights, "weight rule")(pair_scores, beta, kernel(KEPT, mask, "mask rule")(n))
@@ -114,6 +154,4 @@ def evaluate(x, heads: TrajectoryHeads, beta, *, form: Form, weights: Weights, m
     v = jnp.sum(outputs, axis=0)
     if over_n:
         v = v / n
-    if spherical:  # the projection onto the tangent space at each token
-        v = v - jnp.sum(v * x, axis=-1, keepdims=True) * x
-    return Parts(rows, pair_scores, outputs, v)
+    return Parts(rows, pair_scores, outputs, kernel(MOTIONS, motion, "motion rule")(v, x, alpha))

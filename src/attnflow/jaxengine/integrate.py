@@ -16,8 +16,9 @@ import jax.numpy as jnp
 import optimistix as optx
 
 from ..attention import Energy, Entropy, MaskRule, Weights
+from ..geometry import Motion
 from ..heads import Form
-from .field import TrajectoryHeads, evaluate, kernel
+from .field import TrajectoryHeads, directions, evaluate, kernel, unit
 from .measure import METRIC_GAPS, head_rates, measure
 from .tables import KERNELS  # noqa: F401  (every declaration has its kernel, or is refused by name)
 
@@ -66,7 +67,10 @@ class Rules(NamedTuple):
     mask: MaskRule
     normalised: bool
     over_n: bool
-    spherical: bool
+    motion: Motion  # the geometry's rule
+    radii: bool  # the state carries radii: attention and the observables read the directions
+    on_sphere: bool  # the state lies on the sphere: retracted after each step
+    alpha: float  # nGPT's step size (Motion.UNIT_TANGENT only)
     energy: Energy
     entropy: Entropy
     groups: tuple  # canonical observable groups
@@ -87,7 +91,7 @@ class _Retracted(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
     step's state out, so the record sees the accepted steps only."""
 
     solver: diffrax.AbstractSolver
-    spherical: bool
+    on_sphere: bool
     probe: object = None
     record: object = None  # the probe's record before the first step
 
@@ -116,7 +120,7 @@ class _Retracted(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         inner = solver_state if self.probe is None else solver_state[0]
         y1, error, dense, state, result = self.solver.step(terms, t0, t1, y0, args, inner, made_jump)
-        if self.spherical:
+        if self.on_sphere:
             y1 = y1 / jnp.linalg.norm(y1, axis=-1, keepdims=True)
         if self.probe is not None:
             state = (state, self.probe(t1, y1, solver_state[1]))
@@ -128,11 +132,19 @@ class _Retracted(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
 
 def _field(rules: Rules, x, heads, beta):
     return evaluate(x, heads, beta, form=rules.form, weights=rules.weights, mask=rules.mask,
-                    normalised=rules.normalised, over_n=rules.over_n, spherical=rules.spherical)
+                    normalised=rules.normalised, over_n=rules.over_n, motion=rules.motion, radii=rules.radii,
+                    alpha=rules.alpha)
 
 
 def _on_sphere(rules: Rules, x):
-    return x / jnp.linalg.norm(x, axis=-1, keepdims=True) if rules.spherical else x
+    """The state as sampled: retracted onto the sphere where it lies there."""
+    return unit(x) if rules.on_sphere else x
+
+
+def _unit_rows(rules: Rules, x):
+    """What the clustering criterion reads: the tokens on the sphere, or the directions of a state with
+    radii (flat space: the state itself)."""
+    return unit(x) if rules.on_sphere or rules.radii else x
 
 
 class Tolerances(NamedTuple):
@@ -165,7 +177,7 @@ def _integrate(rules: Rules, tol: Tolerances, x0, heads, beta, t0, t1, ts, gap, 
         # falls through 0 (the gap; or, in a trajectory of the batch whose event did not trigger,
         # diffrax's distance to the step's end), so no sign check at the ends, which round-off between
         # the retracted step end and the dense output there could fail.
-        event = diffrax.Event(lambda t, y, args, **kwargs: gap(_on_sphere(rules, y)),
+        event = diffrax.Event(lambda t, y, args, **kwargs: gap(_unit_rows(rules, y)),
                               root_finder=optx.Bisection(rtol=1e-14, atol=1e-14, flip=True), direction=False)
     probe = None
     if least is not None:
@@ -175,7 +187,7 @@ def _integrate(rules: Rules, tol: Tolerances, x0, heads, beta, t0, t1, ts, gap, 
             row = jnp.minimum(k, ts.shape[0] - 1)
             return record.at[row].set(jnp.where(k < ts.shape[0], jnp.minimum(record[row], rate), record[row]))
     return diffrax.diffeqsolve(
-        term, _Retracted(diffrax.Dopri5(), rules.spherical, probe, least), t0, t1, dt0, x0,
+        term, _Retracted(diffrax.Dopri5(), rules.on_sphere, probe, least), t0, t1, dt0, x0,
         saveat=diffrax.SaveAt(ts=ts, t1=True, solver_state=least is not None), stepsize_controller=controller,
         event=event,
         max_steps=rules.max_steps, throw=False, adjoint=diffrax.ForwardMode())
@@ -218,7 +230,10 @@ def batch_solver(rules: Rules):
 
     def observe(x, heads, beta, level):
         parts = _field(rules, x, heads, beta) if rules.needs_field else None
-        return measure(x, parts, beta, rules.groups, rules, level)
+        radius = jnp.linalg.norm(x, axis=-1)
+        if rules.radii:  # every group but radius reads the directions
+            x, parts = directions(x, parts)
+        return measure(x, parts, beta, rules.groups, rules, level, radius)
 
     head_axes = TrajectoryHeads(*rules.head_axes)
 
@@ -236,9 +251,10 @@ def batch_solver(rules: Rules):
             off = jnp.abs(jnp.linalg.norm(a, axis=-1) - 1.0)
             return jnp.max(jnp.where(reached[..., None], off, 0.0), axis=(1, 2))
 
-        removed = largest_off_one(raw) if rules.spherical else jnp.zeros(B)
-        drift = largest_off_one(x)
-        met = jax.vmap(jax.vmap(gap))(x) <= 0.0
+        removed = largest_off_one(raw) if rules.on_sphere else jnp.zeros(B)
+        seen = unit(x) if rules.radii else x  # what the observables read: x is retracted on the sphere
+        drift = largest_off_one(seen)
+        met = jax.vmap(jax.vmap(gap))(seen) <= 0.0
         met = met & reached
         met_at_start = met[:, 0]
         if rules.stop:

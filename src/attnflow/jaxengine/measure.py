@@ -50,15 +50,15 @@ def cluster_count(x, level):
     return jnp.sum(labels == jnp.arange(n)).astype(jnp.int32)
 
 
-def _cosines(x, parts, beta, rules, level):
+def _cosines(x, parts, beta, rules, level, radius):
     return {"gamma_mean": gamma_mean(x), "gamma_min": gamma_min(x)}
 
 
-def _clusters(x, parts, beta, rules, level):
+def _clusters(x, parts, beta, rules, level, radius):
     return {"cluster_count": cluster_count(x, level)}
 
 
-def _velocity(x, parts, beta, rules, level):
+def _velocity(x, parts, beta, rules, level, radius):
     n = x.shape[0]
     xdot = parts.velocity
     # d/dt sum_{i<j} <x_i, x_j> = <sum xdot, sum x> - sum_i <xdot_i, x_i>
@@ -87,7 +87,7 @@ def _softplus_energy(parts, beta, n):
 ENERGIES = {Energy.EXP: _exp_energy, Energy.SOFTPLUS: _softplus_energy}
 
 
-def _energy(x, parts, beta, rules, level):
+def _energy(x, parts, beta, rules, level, radius):
     energy, rate = kernel(ENERGIES, rules.energy, "energy rule")(parts, beta, x.shape[0])
     return {"energy": energy, "energy_rate": rate}
 
@@ -138,13 +138,13 @@ def _sigmoid_entropy(parts, beta, kept):
 ENTROPIES = {Entropy.SOFTMAX: _softmax_entropy, Entropy.SIGMOID: _sigmoid_entropy}
 
 
-def _entropy(x, parts, beta, rules, level):
+def _entropy(x, parts, beta, rules, level, radius):
     kept = kernel(KEPT, rules.mask, "mask rule")(x.shape[0])
     entropy, rate = kernel(ENTROPIES, rules.entropy, "entropy rule")(parts, beta, kept)
     return {"entropy": entropy, "entropy_rate": rate}
 
 
-def _radial(x, parts, beta, rules, level):
+def _radial(x, parts, beta, rules, level, radius):
     f = parts.outputs
     H = f.shape[0]
     a = jnp.sum(f * x[None], axis=-1)  # (H, n)
@@ -157,13 +157,19 @@ def _radial(x, parts, beta, rules, level):
             "rd_margin_sufficient": tangential - (H - 1) * jnp.abs(a) * largest}
 
 
-def _positions(x, parts, beta, rules, level):
+def _positions(x, parts, beta, rules, level, radius):
     return {"x": x}
+
+
+def _radius(x, parts, beta, rules, level, radius):
+    mean = jnp.mean(radius)
+    return {"radius": radius, "radius_mean": mean, "radius_spread": jnp.sqrt(jnp.mean((radius - mean) ** 2))}
 
 
 # Each observable group's variables (observables.GROUPS), by name.
 GROUP_KERNELS = {"cosines": _cosines, "clusters": _clusters, "velocity": _velocity, "energy": _energy,
-                 "radial": _radial, "entropy": _entropy, "positions": _positions, "energy_path": _energy_path}
+                 "radial": _radial, "entropy": _entropy, "positions": _positions, "energy_path": _energy_path,
+                 "radius": _radius}
 
 
 def _epsilon_gap(x, threshold):
@@ -179,10 +185,10 @@ def _gamma_mean_gap(x, threshold):
 METRIC_GAPS = {"epsilon": _epsilon_gap, "gamma_mean": _gamma_mean_gap}
 
 
-def measure(x, parts, beta, groups, rules, level) -> dict:
-    """The variables of ``groups`` at ``x`` with the field's ``parts`` there (None if no group needs
-    the field)."""
+def measure(x, parts, beta, groups, rules, level, radius) -> dict:
+    """The variables of ``groups`` at ``x`` (the directions, where the state carries radii) with the
+    field's ``parts`` there (None if no group needs the field); ``radius``: the state's r_k."""
     out = {}
     for group in groups:
-        out.update(kernel(GROUP_KERNELS, group, "observable group")(x, parts, beta, rules, level))
+        out.update(kernel(GROUP_KERNELS, group, "observable group")(x, parts, beta, rules, level, radius))
     return out
