@@ -201,7 +201,7 @@ def simulate(
             "units": TIME_UNITS, "long_name": "stopping time",
             "description": f"where the run stopped (t_cluster, or t_max if censored), in {FLOW_TIME}; "
                            "samples after it are NaN (cluster counts -1)"})
-    name, attrs = norm_variable(cell.spherical)
+    name, attrs = norm_variable(GEOMETRIES.get(cell.geometry).on_sphere)
     data_vars[name] = ("seed", result.norm_drift, attrs)
     data_vars.update(certificate_per_seed)
     data_vars["n_steps"] = ("seed", result.n_steps, {"units": "1", "long_name": "accepted steps",
@@ -256,17 +256,17 @@ def simulate(
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
-def norm_variable(spherical: bool) -> tuple[str, dict]:
+def norm_variable(on_sphere: bool) -> tuple[str, dict]:
     """The name and attributes under which a cell stores max_t,i | ||x_i|| - 1 |. On the sphere it is the
-    integrator's drift off it (round-off); in flat geometry the flow moves the norms itself, so the same
-    number is dynamics, under a name of its own."""
-    if spherical:
+    integrator's drift off it (round-off); where the geometry moves the norms (flat space, the radii of
+    pre_ln and peri_ln) the same number is dynamics, under a name of its own."""
+    if on_sphere:
         return "norm_drift", {"units": "1", "long_name": "norm drift",
                               "description": "max_t,i | ||x_i|| - 1 | over the samples: the integrator's "
                                              "drift off the sphere"}
     return "norm_change", {"units": "1", "long_name": "largest change of a token's norm",
-                           "description": "max_t,i | ||x_i|| - 1 | over the samples: in flat geometry the "
-                                          "flow itself moves the norms from 1 (no drift)"}
+                           "description": "max_t,i | ||x_i|| - 1 | over the samples: off the sphere (flat, "
+                                          "pre_ln, peri_ln) the flow itself moves the norms from 1 (no drift)"}
 
 
 def _integrate(cell, problem: Problem, times, controller: Controller, strict=True):
