@@ -23,6 +23,9 @@ report: "workflow/report/workflow.rst"
 rule all:
     input:
         [str(path) for name in EXPERIMENT_NAMES for path in LAYOUT.figures(name)],
+        # The tickets this start issued (common.smk), written first: Snakemake runs no job for a missing
+        # file by itself, only for one that a job it runs needs, and the jobs they rerun need them.
+        list(TICKETS),
 
 
 include: "workflow/rules/simulate.smk"
