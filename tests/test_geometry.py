@@ -167,6 +167,14 @@ def test_cells_name_their_geometry_and_keep_alpha_only_under_ngpt():
         Cell(geometry="torus")
 
 
+@pytest.mark.parametrize("geometry", [g for g in GEOMETRIES.names() if GEOMETRIES.get(g).radii])
+def test_the_per_step_energy_path_is_refused_where_the_state_carries_radii(geometry):
+    """The engines' per-step rates (energy_path) read the state; with radii it is not the directions."""
+    with pytest.raises(ValueError, match="energy_path is not recorded under geometry"):
+        Cell(geometry=geometry, observables=["energy", "energy_path"])
+    Cell(geometry="sphere", observables=["energy", "energy_path"])  # where the state is the directions
+
+
 def test_identity_values_move_tokens_by_v_equal_to_i(rng):
     # values: identity is V_h = I for every head structure: the cell's heads carry identity value
     # matrices, and the field is the reference's with V_h = I (not M_h).

@@ -157,6 +157,12 @@ class Cell:
             if problem:
                 field, why = problem
                 _fail(field, getattr(self, field), why)
+        if "energy_path" in self.observables and GEOMETRIES.get(self.geometry).radii:
+            # The engines' per-step rates read the state itself; where it carries radii the energy is
+            # the directions' (measure's route), which the per-step hook does not take.
+            _fail("observables", list(self.observables),
+                  f"energy_path is not recorded under geometry {self.geometry!r} (its state carries radii); "
+                  "energy_rate at the samples is")
         exponent = self.beta * self.max_score_matrix_norm
         if exponent > MAX_EXPONENT:
             _fail("beta", self.beta, f"beta * max ||M_h|| = {exponent:.4g} exceeds {MAX_EXPONENT:g}: "
