@@ -266,7 +266,7 @@ def norm_variable(on_sphere: bool) -> tuple[str, dict]:
                                              "drift off the sphere"}
     return "norm_change", {"units": "1", "long_name": "largest change of a token's norm",
                            "description": "max_t,i | ||x_i|| - 1 | over the samples: off the sphere (flat, "
-                                          "pre_ln, peri_ln) the flow itself moves the norms from 1 (no drift)"}
+                                          "pre_ln, peri_ln) the flow moves the norms from 1 (no drift)"}
 
 
 def _integrate(cell, problem: Problem, times, controller: Controller, strict=True):
