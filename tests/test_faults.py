@@ -213,7 +213,8 @@ def shared_cells_config(tmp: "os.PathLike") -> "os.PathLike":
                                     "observables": ["radial", "energy"]},
                           "grid": {"H": [2], "n": [4, 6], "attention": ["softmax"], "heads": ["block"],
                                    "beta": [0.5, 1.0, 2.0]}, "batch_over": ["beta"]},
-            "toy_margin": {"fixed": {**cell, "init": "uniform", "H": 2, "observables": ["energy"]},
+            "toy_margin": {"fixed": {**cell, "init": "uniform", "H": 2,
+                                     "observables": ["energy", "energy_path"]},
                            "grid": {"beta": [0.5, 1.0, 2.0], "n": [4]}, "batch_over": []},
         },
     })

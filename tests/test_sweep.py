@@ -114,7 +114,8 @@ def test_a_cell_shared_by_two_experiments_is_owned_by_one_batch():
     config = {"experiment_modules": ["toy_experiment"], "experiments": {
         "beta_star": {**block, "fixed": {**block["fixed"], "observables": ["energy", "radial"]},
                       "grid": {**block["grid"], "n": [4, 6]}},
-        "toy_margin": {"fixed": {**block["fixed"], "init": "uniform", "observables": ["energy"]},
+        "toy_margin": {"fixed": {**block["fixed"], "init": "uniform",
+                                 "observables": ["energy", "energy_path"]},
                        "grid": {"beta": [0.5, 1.0], "n": [4]}, "batch_over": ["beta"]},
     }}
     sweep = validate(config)
@@ -139,7 +140,8 @@ def _shared_cells_config(beta_star_engine: str, toy_engine: str) -> dict:
     return {"experiment_modules": ["toy_experiment"], "experiments": {
         "beta_star": {"fixed": {**fixed, "observables": ["energy", "radial"], "engine": beta_star_engine},
                       "grid": {"H": [2], "n": [4, 6], "beta": [0.5, 1.0], "attention": ["softmax"]}},
-        "toy_margin": {"fixed": {**fixed, "init": "uniform", "observables": ["energy"], "engine": toy_engine},
+        "toy_margin": {"fixed": {**fixed, "init": "uniform", "observables": ["energy", "energy_path"],
+                                 "engine": toy_engine},
                        "grid": {"beta": [0.5, 1.0], "n": [4]}, "batch_over": ["beta"]},
     }}
 
