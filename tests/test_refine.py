@@ -103,8 +103,9 @@ def test_each_round_plans_only_new_cells(refined):
     cfg["share_results"] = True  # another config file on these results, on purpose (a dry run alone)
     following = tmp_path / "following.yaml"
     following.write_text(yaml.safe_dump(cfg))
-    # A dry run plans one job per line (the batch holding its new cell), plus the summary and figure.
-    assert planned(tmp_path, following) == {"simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
+    # A dry run plans one job per line (the batch holding its new cell, after the ticket its run writes:
+    # its manifest lacks the cell), plus the summary and figure.
+    assert planned(tmp_path, following) == {"ticket": 2, "simulate": 2, "aggregate": 1, "plot": 1, "all": 1}
 
 
 @pytest.mark.parametrize("argv, expected", [
