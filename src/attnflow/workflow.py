@@ -116,9 +116,10 @@ def claim_results(sweep: Sweep, configfile: str | Path | None) -> None:
 
 
 def would_drop(sweep: Sweep) -> tuple[dict[str, int], list[str]]:
-    """What this sweep's run would remove from its results directory as another config left it:
-    per batch of the same name, the cells its manifest records that this sweep's batch does not hold;
-    the experiments whose summary (and figure) was built from another grid."""
+    """What this sweep's run would take from its results directory as another config left it: per batch
+    of the same name, the cells its manifest records that this sweep's batch does not hold (kept in the
+    store off the grid, out of the summaries); the experiments whose summary (and figure) was built from
+    another grid."""
     cells = {}
     for batch, batch_cells in sweep.batches.items():
         record = read_manifest(sweep, batch) or {}
@@ -175,8 +176,10 @@ def foreign_owner(sweep: Sweep, configfile: str | Path | None) -> str | None:
     dropped = []
     if cells:
         first = sorted(cells)[0]
-        dropped.append(f"{sum(cells.values())} of its cells from {len(cells)} stores (first: {first}, "
-                       f"{cells[first]} cell{'s' if cells[first] > 1 else ''})")
+        # Stores keep cells off the grid (run_batch), but the summaries and figures leave them out.
+        dropped.append(f"{sum(cells.values())} of its cells from the summaries of {len(cells)} stores "
+                       f"(first: {first}, {cells[first]} cell{'s' if cells[first] > 1 else ''}; they stay "
+                       "stored, off the grid)")
     if summaries:
         dropped.append(f"its summaries and figures of {', '.join(summaries)}")
     if owner is None:  # no record: what the directory holds decides (older attnflow wrote none)
