@@ -198,7 +198,7 @@ def test_samples_measured_in_chunks_agree_with_all_at_once(monkeypatch):
     chunk = 3
     from attnflow.jaxengine import integrate
 
-    problem, controller, saveat, _ = _cell(0, "softmax", "none", "dense", True)
+    problem, controller, saveat, _ = _cell(0, "softmax", "none", "dense", "sphere")
     B, n, d = problem.x0.shape
     per_sample = 8 * B * 2 * n * (8 * n + 4 * d)  # integrate's estimate, H = 2
     # Two groups (one reads the field) and a stop never reached (no second solve to locate t_cluster):

@@ -307,9 +307,9 @@ def test_a_cell_moved_to_a_batch_that_never_ran_is_not_missing(tiny_run, tmp_pat
     damage = unhealthy(sweep)  # reads the session's results, writes nothing
     assert outdated_summaries(sweep) == {} and sorted(damage) == sorted(sweep.batches_of("beta_star"))
     lines = sorted(damage_line(sweep, b, path, state) for b, found in damage.items() for path, state in found)
-    assert lines == [f"attnflow: batch {b} changed (its store holds 1 of its 2 cells, and 1 cell it no "
-                     "longer has: a grid value edited, or written for another config or input file): it "
-                     "runs, computing only the cells its store lacks" for b in sorted(damage)]
+    assert lines == [f"attnflow: batch {b} changed (its store holds 1 of its 2 cells, and keeps 1 it no "
+                     "longer has, off the grid: a grid value added, edited, or written for another config or "
+                     "input file): it runs, computing only the cells its store lacks" for b in sorted(damage)]
 
 
 @pytest.mark.workflow

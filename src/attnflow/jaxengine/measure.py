@@ -97,7 +97,7 @@ def head_rates(x, parts, beta, rules):
     return kernel(ENERGIES, rules.energy, "energy rule")(parts, beta, x.shape[0])[1]
 
 
-def _energy_path(x, parts, beta, rules, level):
+def _energy_path(x, parts, beta, rules, level, radius):
     """The sample's own rates; the integration lowers them to the accepted steps' since the previous
     sample (``integrate._integrate``)."""
     return {"energy_rate_min": head_rates(x, parts, beta, rules)}
