@@ -124,8 +124,12 @@ GROUPS: Registry[ObservableGroup] = Registry("observables", [
         Variable("radius", ("token",), "1", "token radius",
                  "r_i = ||x_i||: 1 on the sphere, growing from 1 under pre_ln and peri_ln"),
         Variable("radius_mean", (), "1", "mean token radius", "mean over the tokens of r_i = ||x_i||"),
+        # Left out of the certificate: from equiangular starts the spread is 0 up to round-off, which
+        # relative to its own scale reads as error; |std(r) - std(r')| <= max |r - r'|, so the certified
+        # radii bound its error (in units of the radii).
         Variable("radius_spread", (), "1", "spread of the token radii",
-                 "standard deviation over the tokens of r_i = ||x_i||"),
+                 "standard deviation over the tokens of r_i = ||x_i||; its error is at most the radii's "
+                 "(certified through radius, not on its own scale)", certified=False),
     ), False, False, "the token radii r_i = ||x_i|| (the state of pre_ln and peri_ln; every other group "
        "reads the directions x_i / r_i there)"),
 ])
