@@ -92,6 +92,9 @@ SMALL = {
                           "mask": ["none", "causal"], "beta": [1.0, 2.0]}},
     "scaling": {"fixed": {"seeds": 2, "t_max": 10.0},
                 "grid": {"attention": ["softmax", "relu"], "n": [3, 4], "d": [2, 4]}},
+    "normalization": {"fixed": {"seeds": 2, "t_max": 10.0, "n_samples": 9},
+                      "grid": {"geometry": ["sphere", "pre_ln"], "init": ["equiangular", "uniform"],
+                               "beta": [1.3]}},
 }
 
 

@@ -316,6 +316,24 @@ SUMMARIES: dict[str, dict[str, Meta]] = {
         "min_entropy_step": Meta("1", "smallest entropy step (nats)",
                                  "smallest change of the entropy between samples (>= 0: non-decreasing)"),
     },
+    "normalization": {
+        "t_cluster": Meta(TIME_UNITS, "clustering time", "per seed, the first time the mean cosine reaches "
+                          f"cluster_threshold, in {_T}; {_CENSORED_INF}"),
+        "epsilon": Meta("1", "epsilon", "1 - gamma_min at each sample, median over seeds"),
+        "radius_mean": Meta("1", "mean token radius", "mean token radius at each sample, median over seeds"),
+        "clusters_depth": Meta("1", "clusters at the depth", "per seed, the cluster count at the sample "
+                               "nearest the experiment's depth (t_max where shorter; the summary's depth "
+                               "attribute)"),
+        "lam": Meta("1", "head strength", "head strengths lambda_h of the cell"),
+        "t_closed": Meta(TIME_UNITS, "clustering time, closed form", "quadrature of the equiangular ODEs of "
+                         f"result 12 from gamma0 to cluster_threshold, in {_T}"),
+        "t_median": Meta(TIME_UNITS, "median clustering time", f"median over seeds of t_cluster, in {_T}"),
+        "clusters_mean": Meta("1", "mean clusters at the depth", "mean over seeds of clusters_depth"),
+        "rel_gap": Meta("1", "relative gap to the closed form", "equiangular starts: median t_cluster over "
+                        "the closed-form time, minus 1"),
+        "late_t2": Meta("1", "epsilon t^2 at the horizon", "epsilon t^2 at the last sample above "
+                        "round-off (equiangular starts): constant for Pre-LN"),
+    },
     "orthogonality": {
         "base_monotone": Meta("1", "orthogonal heads monotone",
                               "per configuration (cell, seed, sample up to T_eps, geometry): 1 where every "

@@ -88,23 +88,6 @@ class Normalization(Experiment):
                "normalization resists representation collapse, and how that depends on beta. The energy "
                "identities are not drawn here: the flows are no gradient flows of the energy at speed 1.")
     column_layout = False  # four panels: drawn at the text width (7 in)
-    metadata = {
-        "t_cluster": ("1", "clustering time", "first time the mean cosine reaches cluster_threshold (seconds "
-                      "of the flow's dimensionless time); +inf where censored"),
-        "epsilon": ("1", "epsilon", "1 - gamma_min at each sample, median over seeds"),
-        "radius_mean": ("1", "mean token radius", "mean token radius at each sample, median over seeds"),
-        "clusters_depth": ("1", "clusters at the depth", f"cluster count at the sample nearest t = {DEPTH:g} "
-                           "(t_max where shorter), per seed"),
-        "lam": ("1", "head strength", "head strengths lambda_h of the cell"),
-        "t_closed": ("1", "closed-form clustering time", "quadrature of the equiangular ODEs of result 12 "
-                     "from gamma0 to cluster_threshold"),
-        "t_median": ("1", "median clustering time", "median over seeds of t_cluster"),
-        "clusters_mean": ("1", "mean clusters at the depth", "mean over seeds of clusters_depth"),
-        "rel_gap": ("1", "relative gap to the closed form", "equiangular starts: median t_cluster over the "
-                    "closed-form time, minus 1"),
-        "late_t2": ("1", "epsilon t^2 at the horizon", "epsilon t^2 at the last sample above round-off "
-                    "(equiangular starts): constant for Pre-LN"),
-    }
 
     def reduce(self, ds: xr.Dataset) -> xr.Dataset:
         times = ds.time.values
