@@ -53,6 +53,8 @@ from reference import velocity as reference_velocity  # noqa: E402
 
 RTOL, ATOL, T_MAX, SAMPLES = 1e-6, 1e-9, 10.0, 101
 WITH_OBSERVABLES = "diffrax + same observables (jit)"
+# simulate() as users call it: all observables and the accuracy certificate.
+CERTIFIED = "attnflow simulate(), certified"
 SAME_CONTROL = "diffrax, attnflow's error control"
 CELLS = {
     "S": dict(n=8, d=8, H=2, seeds=64),
@@ -103,8 +105,11 @@ def reference(cell, score_matrices, x0, beta, count):
 
 
 # --- attnflow -------------------------------------------------------------------------------------
-def attnflow_route(cell, score_matrices, x0, beta, groups, calls=None):
+def attnflow_route(cell, score_matrices, x0, beta, groups, calls=None, certify=False):
     """simulate() itself when beta is shared; the same engine call when it varies per trajectory.
+
+    ``certify``: with the accuracy certificate, as users call ``simulate()`` (its companion runs
+    included); off, the same work as the peers.
 
     ``calls``, when given, receives the mean field evaluations per trajectory: ``"all"``, and
     ``"samples"``, those made at the output times for the observables.
@@ -121,8 +126,10 @@ def attnflow_route(cell, score_matrices, x0, beta, groups, calls=None):
 
     if np.all(beta == beta[0]):
         def run():
-            # The same integration the peers do: without the accuracy certificate's tighter rerun.
-            ds = simulate(cell.replace(observables=list(groups)), x0=None, certify=False)
+            # certify=False: the same integration the peers do, without the certificate's companion runs.
+            ds = simulate(cell.replace(observables=list(groups)), x0=None, certify=certify)
+            if certify and calls is not None:
+                calls["certificate"] = ds.attrs.get("certificate_rhs_calls", 0) / cell.n_seeds
             count(ds.n_steps.values, ds.n_rejected.values, ds.attrs["solver_rhs_calls"] / cell.n_seeds)
             x = ds.x.values if "x" in ds else None
             return x, ds.n_steps.values, ds.norm_drift.values
@@ -399,6 +406,9 @@ def main(argv=None):
             ("attnflow simulate(), cosines only",
              attnflow_route(cell, score_matrices, x0, beta, ("cosines",))),
         ]
+        if np.all(beta == beta[0]):  # simulate() itself (mixed beta calls the engine: no certificate)
+            routes.insert(2, (CERTIFIED, attnflow_route(cell, score_matrices, x0, beta, DEFAULT_GROUPS, calls,
+                                                        certify=True)))
         try:
             routes.append(("diffrax vmap Dopri5 (jit)", diffrax_route(cell, score_matrices, x0, beta)))
             routes.append((WITH_OBSERVABLES, diffrax_route(cell, score_matrices, x0, beta, observables=True)))
@@ -453,7 +463,8 @@ def main(argv=None):
             ratio = f"{peer[2] / wall:5.2f}x ({peer[7] / ours_cpu[label]:4.2f}x)" if peer else "  n/a"
             print(f"  {name:11} {label:38} {ratio}")
         base = ours.get("attnflow simulate(), cosines only")
-        full = ours.get("attnflow simulate(), all observables")
+        full_label = "attnflow simulate(), all observables"
+        full = ours.get(full_label)
         both = next((r[2] for r in rows if r[0] == name and r[1] == WITH_OBSERVABLES), None)
         if both and full:
             print(f"  {name:11} {'all observables, against ' + WITH_OBSERVABLES:38} {both / full:5.2f}x")
@@ -463,7 +474,18 @@ def main(argv=None):
         if base and full:
             share = 100 * (full - base) / full
             print(f"  {name:11} observables beyond the cosines: {share:.0f}% of simulate()")
+        certified = ours.get(CERTIFIED)
+        if peer and certified and full:
+            print(f"  {name:11} {'diffrax / simulate(): certificate on, off':38} {peer[2] / certified:5.2f}x "
+                  f"{peer[2] / full:5.2f}x (CPU {peer[7] / ours_cpu[CERTIFIED]:4.2f}x "
+                  f"{peer[7] / ours_cpu[full_label]:4.2f}x)")
+        if certified and full:
+            print(f"  {name:11} certificate's cost over the run it certifies: wall "
+                  f"{certified / full - 1:.2f}, CPU {ours_cpu[CERTIFIED] / ours_cpu[full_label] - 1:.2f}")
         calls = evaluations.get(name)
+        if calls and "certificate" in calls:
+            print(f"  {name:11} certificate's field evaluations: {calls['certificate']:.0f} per trajectory, "
+                  f"{calls['certificate'] / calls['all']:.2f} of the run's")
         if calls:
             # Every observable but the cosines needs the field at the sample itself, which
             # costs what a stage costs: this fraction of the work is the share's floor.

@@ -32,7 +32,12 @@ CERTIFICATE_BOUND = 1e-4
 #    stored as failed with its cell instead of failing the cell: stores gain the variables failed,
 #    failure and t_failed and the attrs n_seeds_failed and seed_failures; censored is False for a
 #    failed seed (issue 39). The numbers of seeds that succeed are unchanged.
-NUMERICS_VERSION = 4
+# 5: the certificate is honest where steps are limited by stability (issue 49): a seed whose looser
+#    companion's step count did not follow its tolerance gets a tighter companion (twice the deviation); one
+#    whose tighter companion's did not either, whose runs differ by more than 10% of a variable, or whose
+#    companion failed, is uncertified (certificate_error NaN, and the cell's; the new per-seed
+#    certificate_flag says why) instead of a number below its error. The integrated numbers are unchanged.
+NUMERICS_VERSION = 5
 # Each engine's own numbers, beside NUMERICS_VERSION (which covers what the engines share, and makes
 # every store stale): a change that moves one engine's numbers only bumps its entry, and only the cells
 # that engine computed are computed again. A cell records its engine's entry (``engine_numerics``); a
