@@ -344,8 +344,8 @@ def _command(commands, name: str, summary: str, **kwargs) -> argparse.ArgumentPa
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
     from .experiments import Experiment, registry
+    from .version import __version__
 
     experiments = list(registry())
     exporting = [e.name for e in experiments if type(e).export_table is not Experiment.export_table]

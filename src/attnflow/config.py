@@ -36,9 +36,10 @@ import yaml
 from .cell import _DEFAULTS as CELL_DEFAULTS
 from .cell import CONDITIONAL_FIELDS, FIELD_CHOICES, FIELD_DOCS, Cell, readers_of
 from .errors import ConfigError
-from .experiments import Experiment, ExperimentModuleError, Spec, registry
+from .experiments import Experiment, ExperimentModuleError, registry
 from .layout import Layout, results_of
 from .observables import GROUPS
+from .spec import Spec
 from .sweep import EngineConflict, Point, Sweep, point, resolve
 
 SCHEDULERS = ("threads", "synchronous", "distributed")

@@ -103,7 +103,7 @@ def seed_count(per_seed: xr.DataArray, lines: list[str]) -> xr.DataArray:
 def requested_seeds(summary: xr.Dataset) -> int:
     """The seeds each cell of a summary was asked for (its experiment block's), for an experiment whose
     reduction already counts over seeds; 1 when the block names none (Cell's default)."""
-    from .experiments import Spec
+    from .spec import Spec
 
     return int(Spec.of(summary).fixed.get("seeds", 1))
 

@@ -489,8 +489,8 @@ def summary_attrs(experiment: str, history: str) -> dict[str, str]:
 def store_attrs(batch: str, cells: int) -> dict[str, str]:
     """The global attributes of a batch's simulation store: title, Conventions, history. The history
     names no time: a store's bytes are its numbers' alone (the same cells give the same file)."""
-    from . import __version__
     from .numerics import NUMERICS_VERSION
+    from .version import __version__
 
     return {"title": f"attnflow simulations of batch {batch}", "Conventions": CONVENTIONS,
             "history": f"attnflow {__version__}: {cells} cells of batch {batch} simulated (numerics version "
