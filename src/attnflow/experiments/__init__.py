@@ -168,7 +168,7 @@ class Experiment:
 
         Each row holds the measured threshold, boundary or fitted exponent of one
         line of the grid with its interval, and the closed form at the same point;
-        ``attnflow.export`` has the helpers. There is no default: an experiment
+        ``attnflow.tables`` has the helpers. There is no default: an experiment
         that does not override this has nothing of that kind to tabulate, and
         ``attnflow export`` says so rather than dumping its summary.
         """

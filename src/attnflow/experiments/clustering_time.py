@@ -200,7 +200,7 @@ class ClusteringTime(Experiment):
         the bound's exponent or slope."""
         import pandas as pd
 
-        from ..export import slope_interval, time_units
+        from ..tables import slope_interval, time_units
 
         n, d = summary.n.values.astype(float), summary.d.values.astype(float)
         seeds = summary.t_cluster.sel(init="equiangular_typical").notnull().sum("seed")

@@ -279,7 +279,7 @@ class Metastability(Experiment):
         """Per (H, d): the fitted growth of the longest plateau with beta, exponential rate and power-law
         exponent with their 95% intervals, and which of the two the data favour. The cited theorem
         gives the exponential form, not its rate: there is no closed form to set beside them."""
-        from ..export import seed_count, table
+        from ..tables import seed_count, table
 
         columns = {}
         for key, model in (("rate", "exponential rate: L ~ exp(rate beta)"),

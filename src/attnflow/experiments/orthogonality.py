@@ -312,7 +312,7 @@ class Orthogonality(Experiment):
         perturbation and of the margin's prediction of it, the share of configurations failing no
         earlier than predicted, and the shares surviving and certified at the grid's smallest and
         largest delta."""
-        from ..export import requested_seeds, table
+        from ..tables import requested_seeds, table
 
         ds = self.with_axes(summary, Spec.of(summary))
         others = [d for d in ds.monotone.dims if d not in ("delta", "beta", "seed", "time", "geometry")]
