@@ -117,17 +117,33 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"line {mark.line + 1}: not valid YAML: {problem}{within}"
 
 
-def load(path: str | Path) -> dict:
-    """Read a config file strictly: duplicated keys and malformed YAML are ``ConfigError``."""
-    path = Path(path)
+def _utf8_text(path: Path) -> str:
+    """The config file's text; ``ConfigError`` naming the file and line where it is not UTF-8."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read the config ({err.strerror})") from None
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         line = path.read_bytes()[:err.start].count(b"\n") + 1
         raise ConfigError(f"{path}: line {line}: not UTF-8 text (byte {err.object[err.start]:#04x}); save "
                           "the config as UTF-8") from None
+
+
+def check_utf8(path: str | Path) -> None:
+    """``ConfigError`` (``load``'s message) for a config file that is not UTF-8, which Snakemake's own
+    reader stops at with a traceback naming no file; the Snakefile checks its default config with it
+    before Snakemake reads it. A file that cannot be read is left to Snakemake to report."""
+    try:
+        _utf8_text(Path(path))
+    except OSError:
+        pass
+
+
+def load(path: str | Path) -> dict:
+    """Read a config file strictly: duplicated keys and malformed YAML are ``ConfigError``."""
+    path = Path(path)
+    try:
+        text = _utf8_text(path)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config ({err.strerror})") from None
     loader = _StrictLoader(text)
     loader.name = str(path)
     try:
