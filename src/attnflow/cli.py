@@ -122,7 +122,8 @@ def _plan(args) -> int:
 
     from .access import load_sweep
     from .errors import ConfigError
-    from .plan import SIMULATE_THREADS, plan, profile_settings, render, to_json
+    from .plan import SIMULATE_THREADS, plan, render, to_json
+    from .profile import profile_settings
 
     try:
         settings = profile_settings(args.profile)
