@@ -1,6 +1,9 @@
 # attnflow sweep workflow: config -> simulation stores -> dask summaries -> figures.
 from snakemake.utils import min_version
 
+from attnflow.config import check_utf8
+from attnflow.errors import ConfigError
+
 min_version("9.0")
 
 
@@ -9,6 +12,12 @@ min_version("9.0")
 # fills `config` before this line, and its values go on top of the default config
 # (Snakemake reapplies them after loading the file).
 if not workflow.configfiles:
+    # Snakemake's reader stops at a config that is not UTF-8 with a traceback naming no file: checked
+    # first, one line naming the file and line. (A --configfile is read by Snakemake before this file.)
+    try:
+        check_utf8("config/config.yaml")
+    except ConfigError as err:
+        raise WorkflowError(f"invalid config: {err}") from None
 
     configfile: "config/config.yaml"
 

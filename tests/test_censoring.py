@@ -8,7 +8,7 @@ import xarray as xr
 
 from attnflow.experiments import registry
 from attnflow.experiments.beta_star import grid_threshold
-from attnflow.export import seed_brackets, threshold_columns
+from attnflow.tables import seed_brackets, threshold_columns
 
 BETA = [0.25, 0.5, 1.0, 2.0]
 NAN = np.nan

@@ -54,7 +54,7 @@ def test_experiment_arguments_list_their_choices(capsys):
 
 
 def test_status_summary_names_every_state_it_reports(capsys):
-    from attnflow.cli import STATES
+    from attnflow.status import STATES
 
     text = _help(capsys)  # attnflow --help: the one-line summary of each command
     summary = re.search(r"status (cells .*?) schema", text).group(1)

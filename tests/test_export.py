@@ -10,8 +10,8 @@ import xarray as xr
 from attnflow import theory
 from attnflow.cli import main as attnflow_main
 from attnflow.experiments import NoExport, registry
-from attnflow.export import crossings, crossings_beyond, first_crossing, slope_interval
 from attnflow.store import open_verified
+from attnflow.tables import crossings, crossings_beyond, first_crossing, slope_interval
 
 pytestmark = pytest.mark.workflow
 

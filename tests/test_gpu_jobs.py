@@ -342,7 +342,7 @@ def test_without_jax_gpu_build_no_child_process_is_asked(monkeypatch):
 
 def test_a_cluster_plan_takes_its_gpus_from_the_profile_or_the_command_line(tmp_path, monkeypatch):
     # A login node sees no GPU: the profile's resources (or --gpus) say how many GPU jobs may run.
-    from attnflow.plan import profile_settings
+    from attnflow.profile import profile_settings
 
     monkeypatch.setattr(resources, "gpu_visible_here", lambda: pytest.fail("a GPU was looked for"))
     (tmp_path / "config.yaml").write_text("executor: slurm\njobs: 50\nresources:\n  - gpu=4\n")

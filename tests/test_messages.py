@@ -2,6 +2,8 @@
 its scheduler's address, export's destinations, and open_summary called from elsewhere."""
 
 import shutil
+import subprocess
+import sys
 
 import pytest
 from sweep_helpers import beta_star_config
@@ -18,6 +20,20 @@ def test_a_config_not_in_utf8_is_one_line_naming_the_line(tmp_path):
     path.write_bytes("results: r\n# d\xe9faut\nexperiments: {}\n".encode("latin-1"))
     with pytest.raises(ConfigError, match=r"latin1\.yaml: line 2: not UTF-8 text \(byte 0xe9\)"):
         load(path)
+
+
+def test_the_snakefiles_default_config_not_in_utf8_is_one_line_naming_the_file(tmp_path):
+    # Snakemake's own reader stops at such a file with a UnicodeDecodeError naming no file; the Snakefile
+    # checks its default config (config/config.yaml in the working directory) before Snakemake reads it.
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_bytes("results: r\n# d\xe9faut\nexperiments: {}\n"
+                                                      .encode("latin-1"))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "-n",
+                           "--cores", "1"], cwd=tmp_path, capture_output=True, text=True)
+    out = proc.stdout + proc.stderr  # Snakemake logs its error to stdout when that is not a terminal
+    assert proc.returncode != 0
+    assert "invalid config: config/config.yaml: line 2: not UTF-8 text (byte 0xe9)" in out
+    assert "UnicodeDecodeError" not in out and "Traceback" not in out
 
 
 @pytest.mark.parametrize("address", ["tcp://localhost:99999", "tcp://localhost:port", "tcp://localhost:-1"])

@@ -121,7 +121,7 @@ def test_a_summary_opens_by_path_and_selects_by_grid_value(beta_star_run):
 def test_the_csvw_metadata_loads_with_counts_as_integers(beta_star_run, tmp_path):
     csvw = pytest.importorskip("csvw")
     from attnflow.cli import main as attnflow_main
-    from attnflow.export import is_count
+    from attnflow.tables import is_count
 
     _, config, _ = beta_star_run
     csv = tmp_path / "beta_star.csv"

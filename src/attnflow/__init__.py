@@ -1,14 +1,8 @@
 """attnflow: multi-head self-attention as a flow on the sphere, simulated over parameter grids."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("attnflow")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0+unknown"
-
-from . import theory  # noqa: E402
-from .cell import Cell  # noqa: E402
+from . import theory
+from .cell import Cell
+from .version import __version__
 
 __all__ = ["Cell", "SimulationError", "open_cells", "open_summary", "simulate", "theory", "__version__"]
 

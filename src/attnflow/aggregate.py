@@ -29,9 +29,10 @@ import dask
 import numpy as np
 import xarray as xr
 
-from . import __version__, metadata
-from .experiments import Experiment, Spec
+from . import metadata
+from .experiments import Experiment
 from .pack import CELL, cell_values, select
+from .spec import Spec
 from .store import CorruptStore, StaleStore, load, open_members, quarantine, record_of
 from .store import write as write_store
 from .sweep import (
@@ -42,6 +43,7 @@ from .sweep import (
     summary_versions,
     verify_batch,
 )
+from .version import __version__
 
 
 @contextlib.contextmanager

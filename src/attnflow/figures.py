@@ -16,8 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from . import plotting  # noqa: E402  (the figures' theme, set on import)
-from .experiments import Spec, registry  # noqa: E402
+from .experiments import registry  # noqa: E402
 from .numerics import CERTIFICATE_BOUND  # noqa: E402
+from .spec import Spec  # noqa: E402
 from .sweep import seed_footer  # noqa: E402
 
 DPI = 150  # of the PNG

@@ -7,7 +7,6 @@ from enum import IntEnum
 import numpy as np
 import xarray as xr
 
-from . import __version__
 from .attention import ATTENTIONS
 from .cell import INT64_MAX, MAX_EXPONENT, MIN_RTOL, Cell
 from .contract import ClusterEvent, Controller, Heads, Problem, SaveAt, failure_reason
@@ -20,6 +19,7 @@ from .observables import CLUSTER_METRICS, variables
 from .resources import oversized
 from .tokens import initial_tokens, unit_rows
 from .units import FLOW_TIME, TIME_UNITS
+from .version import __version__
 
 # Explicit tokens this close to the sphere are round-off and get normalised.
 _SPHERE_TOLERANCE = 1e-8

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .cell import Cell
-from .experiments import Spec
 from .layout import STORE_SUFFIX, Layout, results_of
 from .pack import LAYOUT
+from .spec import Spec
 from .store import StoreState, write
 from .store import verify as verify_store
 

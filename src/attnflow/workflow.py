@@ -19,12 +19,12 @@ import sys
 import threading
 from pathlib import Path
 
-from . import __version__, jobparams
+from . import jobparams
 from .config import load as load_config
 from .config import validate
 from .errors import ConfigError
-from .experiments import Spec
 from .layout import Layout, results_of
+from .spec import Spec
 from .store import StoreState, record_of, root_attrs, verify
 from .sweep import (
     Sweep,
@@ -38,6 +38,7 @@ from .sweep import (
     summary_versions,
     verify_batch,
 )
+from .version import __version__
 
 MANIFEST_FORMAT = 2  # 1: attnflow 0.1, a store per cell (its manifests listed them under "stores")
 

@@ -176,7 +176,7 @@ class BetaStar(Experiment):
         """Per (attention, H, heads, n): the measured thresholds in beta (mean over the seeds on the grid,
         a 95% interval that keeps the grid's resolution and its censoring), how many seeds had theirs on,
         below or above the grid, and the closed form beta*(H, n)."""
-        from ..export import table, threshold_columns
+        from ..tables import table, threshold_columns
 
         computed = summary.mono_path.notnull()
         columns = {}

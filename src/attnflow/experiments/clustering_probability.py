@@ -128,7 +128,7 @@ class ClusteringProbability(Experiment):
         """Per (H, spread, d, beta): the time by which half the runs have clustered, bracketed by where the
         95% Wilson band crosses 1/2, against the equiangular ODE's closed-form time from the starts' mean
         cosine; the fraction clustered by t_max with its band."""
-        from ..export import crossings, table, time_units
+        from ..tables import crossings, table, time_units
 
         ds = self.with_axes(summary, Spec.of(summary))
         lines = [a for a in (*COLUMNS, "beta") if a in ds.dims]

@@ -128,7 +128,7 @@ class Crossover(Experiment):
     def export_table(self, summary):
         """Per (init, level gamma1): the beta where the measured ratio T_relu / T_softmax crosses 1
         (the bracket of grid values), against the closed-form crossing (exact equiangular ODEs)."""
-        from ..export import equiangular_starts, ratio_crossings, seed_count, table
+        from ..tables import equiangular_starts, ratio_crossings, seed_count, table
 
         lines = ["init", "cluster_threshold"]
         # relu is faster at large beta: the ratio falls through 1, and a line above 1 all along the grid

@@ -147,7 +147,7 @@ class Scaling(Experiment):
         n (per attention), each with its 95% interval, beside the same fit of the closed-form time."""
         import pandas as pd
 
-        from ..export import slope_interval, time_units
+        from ..tables import slope_interval, time_units
 
         n, d = summary.n.values.astype(float), summary.d.values.astype(float)
         seeds = summary.t_cluster.notnull().sum("seed")
@@ -192,7 +192,6 @@ class Scaling(Experiment):
         from matplotlib.lines import Line2D
         from matplotlib.patches import Rectangle
 
-        from ..export import slope_interval
         from ..plotting import (
             MIN_TEXT,
             figure_width,
@@ -204,6 +203,7 @@ class Scaling(Experiment):
             sns,
             wrap,
         )
+        from ..tables import slope_interval
 
         ds = self.with_axes(summary, spec)
         width = figure_width()

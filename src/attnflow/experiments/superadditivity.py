@@ -125,7 +125,7 @@ class Superadditivity(Experiment):
         """Per (init, spread, beta): where the measured ratio T(equal) / T(unequal) crosses 1 along
         lambda_bar (the bracket of grid values), against the early-time boundary lambda_c(beta) and
         the crossing of the closed-form time ratio (equiangular ODE) on the same grid."""
-        from ..export import equiangular_starts, ratio_crossings, seed_count, table
+        from ..tables import equiangular_starts, ratio_crossings, seed_count, table
 
         lines = ["init", "spread", "beta"]
         mid, low, high = ratio_crossings(summary.ratio.transpose(*lines, "lambda_bar"), "lambda_bar")

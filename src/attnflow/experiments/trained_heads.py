@@ -126,7 +126,7 @@ class TrainedHeads(Experiment):
         over the seeds on the grid, a 95% interval that keeps the grid's resolution and its censoring, the
         seed counts), next to the same layer's orthogonal idealisation (the configuration the closed form
         idealises) and the layer's measured head geometry."""
-        from ..export import table, threshold_columns
+        from ..tables import table, threshold_columns
 
         fails = (1 - summary.mono_path).where(summary.mono_path.notnull())
         columns = threshold_columns("beta_mono", fails, "beta", "every head's energy non-decreasing up to "

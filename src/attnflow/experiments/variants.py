@@ -137,7 +137,7 @@ class Variants(Experiment):
         largest residual and the least share of runs with a monotone total energy over beta, and how
         far along beta every run keeps every head monotone (Thm 19's small-beta property). No closed
         form: beta* is derived for equal scalar heads, the beta_star experiment's setting."""
-        from ..export import requested_seeds, table
+        from ..tables import requested_seeds, table
 
         ds = self.with_axes(summary, Spec.of(summary))
         lines = [d for d in ds.frac_heads_monotone.dims if d != "beta"]
