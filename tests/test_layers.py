@@ -17,7 +17,7 @@ LAYERS = {
     "model": ["attention", "geometry", "strengths", "tokens", "trained", "heads", "observables", "cellvalues",
               "cell", "spec", "contract", "theory", "metadata"],
     # Integrating a cell: the numba and JAX engines, the choice between them, the cost model.
-    "engines": ["engine", "jaxengine", "engines", "resources", "simulation"],
+    "engines": ["engine", "jaxengine", "engines", "resources", "seed_failures", "certificate", "simulation"],
     # Stores complete or absent, and a batch's cells packed in one.
     "storage": ["store", "pack"],
     # What each experiment declares, reduces, derives and draws, with its drawing and table toolkits.

@@ -85,7 +85,7 @@ class AttentionType:
     description: str
     # The field is smooth in the tokens. Not so (relu's kink where a score changes sign), a step across
     # the kink has an error its embedded estimate understates, and the error stops following the
-    # tolerance: the accuracy certificate then compares with a tighter run (simulation._certificate).
+    # tolerance: the accuracy certificate then compares with a tighter run (certificate.certify_seeds).
     smooth: bool
 
     @property

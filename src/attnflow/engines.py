@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from .cell import ENGINES, Cell
+from .contract import ClusterEvent, Controller, Problem, SaveAt
 from .resources import AUTO_GPU_SECONDS, large_for_gpu  # noqa: F401  (re-exported)
 
 
@@ -56,3 +57,12 @@ def solver_for(cell: Cell):
 
 if set(_CHOICES) != set(ENGINES):  # every declared choice has its rule
     raise NotImplementedError(f"attnflow.engines: rules for {sorted(_CHOICES)}, Cell.engine has {ENGINES}")
+
+
+def integrate(cell, problem: Problem, times, controller: Controller, strict=True):
+    """The cell's engine on ``problem`` with the cell's samples and criterion: the one spelling of the
+    call (the certificate's rerun differs in the controller and the seeds alone). ``strict``: a
+    trajectory that fails raises ``IntegrationError``; else it comes back with its ``status``."""
+    return solver_for(cell)(problem, controller, SaveAt(times, cell.observables, cell.cluster_eps),
+                            ClusterEvent(cell.cluster_metric, cell.cluster_threshold, cell.stop_at_cluster),
+                            strict=strict)

@@ -1,0 +1,232 @@
+"""The accuracy certificate of every seed of a cell (docs/model.md, "Numerics"): companion runs of the
+seeds and the deviation of their recorded variables from the stored run's."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+from .attention import ATTENTIONS
+from .cell import INT64_MAX, MIN_RTOL
+from .contract import Controller, Problem
+from .engines import integrate
+from .observables import variables
+
+# Accuracy certificate (docs/model.md, "Numerics"): every seed is integrated a second time, all seeds in
+# one batch, and a seed's ``certificate_error`` is the largest deviation of its recorded variables between
+# the two runs. A smooth field's companion run is CERTIFICATE_LOOSER times looser (rtol and atol): where
+# accuracy sizes the steps its error is about that many times the stored run's (DOPRI5's global error is
+# proportional to the tolerance), and wherever it is at least twice the stored run's, the deviation bounds
+# the stored error (|e| <= |e_loose| - |e| <= deviation). Where stability sizes the steps, the looser run
+# takes the same steps and errs alike: its step count tells (``_STEPS_MOVED_LOOSER``), and such a seed
+# gets the tighter companion below. It costs about CERTIFICATE_LOOSER^(-1/5) ~ 0.63 of the stored run's
+# steps and all of its samples. Every seed: the worst seed of a smooth cell exceeded the worst of its first
+# four up to 108x (stiff usa; docs/model.md, Numerics).
+CERTIFICATE_LOOSER = 10.0
+# A non-smooth field (relu: a kink where a score changes sign) breaks that proportionality: a step across a
+# kink has an error its embedded estimate understates 10-20x, and the error of one seed moved by 0.2x-100x
+# for a 10x change of the tolerance (measured). Its companion run is CERTIFICATE_TIGHTER times tighter
+# (floored at MIN_RTOL) and the certificate CERTIFICATE_SAFETY times the deviation, which bounds the stored
+# error wherever the tighter run's error is at most half of it (measured: certificate / true error 1.9-2.2
+# on every relu seed).
+CERTIFICATE_TIGHTER = 100.0
+CERTIFICATE_SAFETY = 2.0
+# The looser companion needs room below rtol = 1: a smooth cell with rtol above this gets the tighter one.
+_LOOSEST_COMPANION_RTOL = 1e-2
+# A variable's scale, per seed, is max |value| over that seed's samples in the more accurate run, floored
+# here, so a variable that is zero throughout (up to round-off) does not divide by zero.
+CERTIFICATE_SCALE_FLOOR = 1e-12
+# Steps the tighter run may take, relative to the cell's budget (DOPRI5 needs ~100^(1/5) = 2.5x).
+_CERTIFICATE_STEP_FACTOR = 4
+# A companion's steps per unit time over the stored run's, where accuracy sizes the steps, is the ratio of
+# their tolerances to the power -1/5 (DOPRI5: 0.63 looser, 2.5 tighter). A looser run must get half way
+# (in logarithm: 0.79): short of that, stability sized some of its steps, and there it errs as the stored
+# run does. A tighter run need only move (1.05): its error test holds every step 100x lower whatever sizes
+# the steps, which is what the tighter bound needs (measured: certificate / true error 1.9-2.0 on every
+# seed it certified, tests/test_certificate.py); one that takes the stored run's steps computes its numbers.
+_STEPS_MOVED_LOOSER = 0.5
+_STEPS_MOVED_TIGHTER = 0.05
+# Where two runs differ by this much of a variable's largest value, the error no longer follows the
+# tolerance (it saturates at the size of the variable): measured, a looser companion then read 2.7x under a
+# seed's error (usa, beta 6, rtol 1e-3). Such a seed is uncertified; the cell is far above CERTIFICATE_BOUND.
+CERTIFICATE_SATURATION = 0.1
+
+
+class Certified(IntEnum):
+    """How a seed's certificate was obtained, or why it has none (the stored ``certificate_flag``; CF
+    ``flag_values``/``flag_meanings``). Every seed not ``LOOSER`` or ``TIGHTER`` stores NaN."""
+
+    FAILED_SEED = 0  # the seed's own run failed: nothing to certify
+    LOOSER = 1  # the deviation from a looser run whose steps followed the tolerance
+    TIGHTER = 2  # CERTIFICATE_SAFETY times the deviation from a tighter run whose steps followed it
+    STEPS_IGNORE_TOLERANCE = 3  # neither companion's step count moved with its tolerance (stability-limited)
+    COMPANION_FAILED = 4  # the tighter companion run failed (step budget, step-size underflow)
+    NO_TIGHTER_TOLERANCE = 5  # rtol too close to MIN_RTOL for a measurably tighter run
+    SATURATED = 6  # the runs differ by more than CERTIFICATE_SATURATION of a variable's scale
+
+
+def _steps_per_time(result, times) -> np.ndarray:
+    """Accepted steps per unit of the time a run covered (runs that stop at their criterion stop apart)."""
+    return result.n_steps / np.maximum(result.t_stop - times[0], np.finfo(float).tiny)
+
+
+def _companion(cell, problem, seeds, times, result, looser: bool):
+    """One companion run of ``seeds``: (its result, its rtol, per seed whether its step count followed the
+    tolerance, per seed whether it failed)."""
+    if looser:
+        rtol, atol, max_steps = cell.rtol * CERTIFICATE_LOOSER, cell.atol * CERTIFICATE_LOOSER, cell.max_steps
+    else:
+        rtol, atol = max(cell.rtol / CERTIFICATE_TIGHTER, MIN_RTOL), cell.atol / CERTIFICATE_TIGHTER
+        # Clamped to int64, the engine's step counter (Cell allows max_steps up to its maximum).
+        max_steps = min(_CERTIFICATE_STEP_FACTOR * cell.max_steps, INT64_MAX)
+    rows = problem if seeds.size == result.n_steps.size else problem.rows(seeds)  # every seed: no copies
+    companion = integrate(cell, rows, times, Controller(rtol, atol, max_steps), strict=False)
+    failed = companion.status != 0
+    # DOPRI5 sizes its steps like tol^(1/5) where accuracy limits them: the companion's step count over
+    # the stored run's is then (rtol ratio)^(-1/5) (0.63 looser, 2.5 tighter). Where it stays near 1 the
+    # step is limited by stability, both runs err alike, and their deviation measures nothing
+    # (docs/model.md, Numerics).
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = _steps_per_time(companion, times) / _steps_per_time(result, times)[seeds]
+        moved = np.log(ratio) / np.log((rtol / cell.rtol) ** -0.2) >= (
+            _STEPS_MOVED_LOOSER if looser else _STEPS_MOVED_TIGHTER)
+    moved |= result.n_steps[seeds] == 0  # no step taken (clustered at t = 0 and stopped): nothing to follow
+    return companion, rtol, moved & ~failed, failed
+
+
+def certify_seeds(cell, result, problem: Problem, times, skip=None) -> tuple[dict, dict]:
+    """The accuracy certificate of every seed (see ``simulate`` and the constants above).
+
+    Returns the store's attrs and its per-seed variables ``certificate_error`` and ``certificate_flag``
+    (``Certified``). Seeds in ``skip`` (a boolean per seed: failed runs) and seeds with no finite
+    recorded sample are not integrated again and certify nothing (NaN). A smooth field's seeds get a
+    looser companion; those whose steps did not follow its tolerance, and every relu seed, a tighter one;
+    a seed whose tighter companion's steps did not follow it either, or whose companion failed, is
+    uncertified (NaN, and ``certificate_flag`` says why), as is the cell's ``certificate_error``.
+    Integer variables (the cluster count) are left out: a count flips when a pair sits at the threshold,
+    whatever the accuracy.
+    """
+    smooth = ATTENTIONS.get(cell.attention).smooth
+    looser = smooth and cell.rtol * CERTIFICATE_LOOSER <= _LOOSEST_COMPANION_RTOL
+    measured = _has_samples(result.variables) & (True if skip is None else ~np.asarray(skip, dtype=bool))
+    errors = np.full(cell.n_seeds, np.nan)
+    variable = np.full(cell.n_seeds, "", dtype=object)  # per seed, the variable its certificate comes from
+    flags = np.full(cell.n_seeds, Certified.FAILED_SEED, dtype=np.int8)
+    out = {"certificate_route": "looser" if looser else "tighter", "certificate_seeds": int(measured.sum()),
+           "certificate_rhs_calls": 0}
+    reasons = {}
+    pending = np.flatnonzero(measured)
+    certified = {v.name for v in variables(cell.observables) if v.certified and v.dtype.startswith("float")}
+    for route in ((True, False) if looser else (False,)):
+        if not pending.size:
+            break
+        if not route and max(cell.rtol / CERTIFICATE_TIGHTER, MIN_RTOL) > cell.rtol / CERTIFICATE_LOOSER:
+            # MIN_RTOL leaves no measurably better run
+            flags[pending] = Certified.NO_TIGHTER_TOLERANCE
+            reasons[Certified.NO_TIGHTER_TOLERANCE] = f"rtol {cell.rtol:g}: no tighter run above {MIN_RTOL:g}"
+            break
+        companion, rtol, moved, failed = _companion(cell, problem, pending, times, result, route)
+        out["certificate_looser_rtol" if route else "certificate_tighter_rtol"] = rtol
+        out["certificate_rhs_calls"] += int(companion.n_rhs_calls.sum())
+        done = pending[moved]
+        if done.size:
+            errors[done], variable[done] = _deviations(result, companion, moved, done, route, certified)
+        flags[done] = Certified.LOOSER if route else Certified.TIGHTER
+        saturated = done[errors[done] > CERTIFICATE_SATURATION]
+        if saturated.size:
+            flags[saturated], errors[saturated] = Certified.SATURATED, np.nan
+            reasons[Certified.SATURATED] = (f"runs differ by more than {CERTIFICATE_SATURATION:g} of a "
+                                            "variable's scale, where errors stop following the tolerance")
+        if not route:  # the last companion: what it did not certify is uncertified
+            for kind, which, reason in (
+                    (Certified.STEPS_IGNORE_TOLERANCE, ~moved & ~failed,
+                     "steps did not follow the tolerance (stability-limited): no companion measures the "
+                     "error"),
+                    (Certified.COMPANION_FAILED, failed, "its companion run failed (step budget or step-size "
+                                                         "underflow)")):
+                flags[pending[which]] = kind
+                if which.any():
+                    reasons[kind] = reason
+        pending = pending[~moved]  # a failed looser companion: the tighter one may still certify
+    out["certificate_rtol"] = out.get("certificate_looser_rtol" if looser else "certificate_tighter_rtol",
+                                      float("nan"))
+    certified = np.isin(flags, (Certified.LOOSER, Certified.TIGHTER))
+    uncertified = measured & ~certified
+    out["certificate_uncertified"] = int(uncertified.sum())
+    per_seed = _per_seed_variables(errors, flags)
+    if not measured.any():
+        return {**out, "certificate_error": float("nan"), "certificate_variable": "no seed to certify"}, \
+            per_seed
+    if uncertified.any():
+        first = int(np.flatnonzero(uncertified)[0])
+        return {**out, "certificate_error": float("nan"), "certificate_seed": int(cell.seeds[first]),
+                "certificate_variable": f"{int(uncertified.sum())} of {int(measured.sum())} seeds "
+                                        "uncertified: " + "; ".join(reasons.values())}, per_seed
+    worst = int(np.nanargmax(np.where(certified, errors, -np.inf)))
+    return {**out, "certificate_error": float(errors[worst]),
+            "certificate_variable": variable[worst],
+            "certificate_seed": int(cell.seeds[worst])}, per_seed
+
+
+def _per_seed_variables(errors, flags) -> dict:
+    """The store's per-seed ``certificate_error`` and ``certificate_flag``."""
+    return {
+        "certificate_error": ("seed", errors, {
+            "units": "1", "long_name": "accuracy certificate",
+            "description": "accuracy certificate of this seed: the largest deviation of a recorded variable "
+                           "from a companion run (certificate_flag says which; a tighter one's times "
+                           f"{CERTIFICATE_SAFETY:g}), relative to the variable's largest |value| in this "
+                           "seed (docs/model.md, Numerics); NaN: not certified (certificate_flag says why)"}),
+        "certificate_flag": ("seed", flags, {
+            "units": "1", "long_name": "accuracy certificate route",
+            "description": "how the seed was certified, or why it was not (docs/model.md, Numerics)",
+            "flag_values": [f.value for f in Certified],
+            "flag_meanings": " ".join(f.name.lower() for f in Certified)}),
+    }
+
+
+def _deviations(result, companion, rows, seeds, looser, certified):
+    """Per seed of ``seeds`` (the companion's ``rows``): its certificate and the variable it comes from;
+    ``certified``: the names of the float variables the certificate covers."""
+    # Every seed, every row (the common case): the arrays themselves, not copies.
+    every = seeds.size == result.n_steps.size and rows.all()
+    take = (lambda a, _: a) if every else (lambda a, index: a[index])  # noqa: E731
+    pairs = {name: (take(result.variables[name], seeds), take(companion.variables[name], rows))
+             for name in companion.variables if name in certified}
+    pairs["t_cluster"] = (take(result.t_cluster, seeds), take(companion.t_cluster, rows))
+    names = list(pairs)
+    # The scale is the more accurate run's: the stored one against a looser companion.
+    deviations = np.stack([seed_deviations(*(pairs[name][::-1] if looser else pairs[name]),
+                                           censoring=name == "t_cluster") for name in names])
+    safety = 1.0 if looser else CERTIFICATE_SAFETY
+    return safety * deviations.max(axis=0), np.array(names, dtype=object)[deviations.argmax(axis=0)]
+
+
+def _has_samples(recorded) -> np.ndarray:
+    """Per seed: some recorded float sample is finite (a failed run records none)."""
+    floats = [v for v in recorded.values() if v.dtype.kind == "f"]
+    return np.logical_or.reduce([np.isfinite(v).reshape(v.shape[0], -1).any(axis=1) for v in floats])
+
+
+def seed_deviations(got, ref, *, censoring: bool = False) -> np.ndarray:
+    """Per seed (the leading axis): ``max |got - ref| / scale`` over the entries finite in both,
+    ``scale = max |ref|`` there (floored at ``CERTIFICATE_SCALE_FLOOR``); 0 where nothing is finite in both.
+
+    ``censoring`` (for ``t_cluster``): a seed finite in one and not the other (clustered in one
+    integration only) counts 1. Per-sample variables leave such entries out: a run that stops at
+    its clustering criterion ends at the end of an integrator step, which moves with the tolerance.
+    """
+    got, ref = np.asarray(got, dtype=float), np.asarray(ref, dtype=float)
+    got, ref = got.reshape(got.shape[0], -1), ref.reshape(ref.shape[0], -1)
+    if np.isfinite(np.add.reduce(got, axis=None) + np.add.reduce(ref, axis=None)):
+        # Every entry finite (a finite sum says so in one pass): no masks, the same numbers.
+        scale = np.maximum(np.abs(ref).max(axis=1), CERTIFICATE_SCALE_FLOOR)
+        return np.abs(got - ref).max(axis=1) / scale
+    both = np.isfinite(got) & np.isfinite(ref)
+    magnitude = np.where(both, np.abs(ref), 0.0).max(axis=1)
+    scale = np.maximum(magnitude, CERTIFICATE_SCALE_FLOOR)
+    deviation = np.where(both, np.abs(got - ref), 0.0).max(axis=1) / scale
+    if censoring:
+        deviation[np.any(np.isfinite(got) != np.isfinite(ref), axis=1)] = 1.0
+    return deviation
