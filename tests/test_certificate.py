@@ -17,8 +17,8 @@ from scipy.optimize import brentq
 
 from attnflow.attention import ATTENTIONS
 from attnflow.cell import Cell
-from attnflow.engine import observe
 from attnflow.certificate import Certified, seed_deviations
+from attnflow.engine import observe
 from attnflow.simulation import simulate
 
 VARIANTS = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())[

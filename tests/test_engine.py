@@ -226,7 +226,7 @@ def test_cluster_count_matches_scipy_components():
     Gram matrices of random tokens: from no edge to every pair an edge."""
     from scipy.sparse.csgraph import connected_components
 
-    from attnflow.engine.measure import count_clusters
+    from attnflow.engine.cosines import count_clusters
 
     rng = np.random.default_rng(5)
     for n in (1, 2, 7, 40, 130):

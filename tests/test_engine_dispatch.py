@@ -17,7 +17,7 @@ import attnflow.engine as engine
 from attnflow.attention import MASKS, Energy, Entropy, Mask, MaskRule, Weights
 from attnflow.contract import ClusterEvent, Controller, Heads, Problem, SaveAt, check_attention, check_mask
 from attnflow.engine import observe, solve
-from attnflow.engine.measure import Metric
+from attnflow.engine.cosines import Metric
 from attnflow.heads import Form
 from attnflow.observables import CLUSTER_METRICS
 

@@ -15,7 +15,7 @@ Each rule is an enum whose members every engine implements, one kernel each
 kernel there, by name, at import and at every ``solve`` (there is no default
 branch to fall into). Adding a type is one entry here plus, for a new rule,
 its member and its kernel in each engine (the numba engine's branch in
-``engine/field.py``, or ``engine/measure.py`` for a new energy or entropy; the
+``engine/field.py``, or ``engine/energy.py`` and ``engine/entropy.py`` for a new energy or entropy; the
 JAX engine's table entry in ``jaxengine/``). Masks are declared the same way:
 each names its ``MaskRule``, refused by an engine without its kernel.
 """

@@ -36,6 +36,7 @@ from ..heads import Form
 from ..numerics import NUMERICS_VERSION  # noqa: F401  (re-exported: attnflow.engine.NUMERICS_VERSION)
 from ..observables import GROUPS, canonical_groups, variables
 from ..tableau import DOPRI5, ButcherTableau
+from .cosines import COMPILED_METRICS, Metric
 from .dopri import (
     CALLS,
     DRIFT,
@@ -54,9 +55,11 @@ from .dopri import (
     observe_batch,
     solve_batch,
 )
+from .energy import COMPILED_ENERGIES
+from .entropy import COMPILED_ENTROPIES
 from .field import COMPILED_FORMS, COMPILED_MASKS, COMPILED_MOTIONS, COMPILED_WEIGHTS, Flow, HeadArrays
 from .machinery import loaded_blas, run_threads
-from .measure import COMPILED_ENERGIES, COMPILED_ENTROPIES, COMPILED_METRICS, Group, Metric, Outputs
+from .measure import Group, Outputs
 
 __all__ = ["KERNELS", "EngineResult", "IntegrationError", "Status", "check_declarations", "compilations",
            "failure_reason", "observe", "solve"]

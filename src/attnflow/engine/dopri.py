@@ -18,11 +18,13 @@ import numba
 import numpy as np
 
 from ..attention import Energy
+from .cosines import Metric, criterion_value
+from .energy import exp_energy, softplus_energy
 from .field import HeadArrays, field, workspace
-from .machinery import borrow, by_reference, copy_into, dereference, flat, keep, take_next
-from .measure import Group, Metric, _exp_energy, _softplus_energy, criterion_value, measure, scratch
+from .machinery import borrow, by_reference, copy_into, dereference, keep, take_next
+from .measure import Group, measure, scratch
+from .steps import SAFETY, dense, initial_step, retract, rk_step, step_factor
 
-_SAFETY, _MIN_FACTOR, _MAX_FACTOR = 0.9, 0.2, 10.0
 _EPS = np.finfo(np.float64).eps
 _BISECTIONS = 60
 
@@ -55,67 +57,6 @@ Stats = namedtuple("Stats", "counts times")
 Buffers = namedtuple("Buffers", "stages stage y_new err xs xs_dot weights")
 
 
-@numba.njit(cache=True)
-def _accumulate(row, base, stages, h, coeffs):
-    """``row = base + sum_j (h coeffs[j]) stages[j]``, stage by stage (vectorising axpys over the flat
-    entries)."""
-    row, base, stages, coeffs = borrow((row, base, stages, coeffs))
-    copy_into(row, base)
-    out = flat(row)
-    for j in range(coeffs.size):
-        c = h * coeffs[j]
-        if c != 0.0:
-            k_j = flat(stages[j])
-            for i in range(out.size):
-                out[i] += c * k_j[i]
-
-
-@numba.njit(cache=True)
-def _retract(x):
-    """Scale every row (token) to unit norm; return the largest ``| ||x_i|| - 1 |`` removed."""
-    x = borrow(x)
-    worst = 0.0
-    n, d = x.shape
-    for i in range(n):
-        norm = 0.0
-        for k in range(d):
-            norm += x[i, k] * x[i, k]
-        norm = np.sqrt(norm)
-        worst = max(worst, abs(norm - 1.0))
-        inv = 1.0 / norm
-        for k in range(d):
-            x[i, k] *= inv
-    return worst
-
-
-@numba.njit(cache=True)
-def _dense(out, y, stages, h, sigma, poly, weights, on_sphere):
-    """The dense output at ``t + sigma h`` (retracted where the state lies on the sphere)."""
-    out, y, stages, poly, weights = borrow((out, y, stages, poly, weights))
-    n_stages, degree = poly.shape
-    for j in range(n_stages):
-        acc, power = 0.0, 1.0
-        for k in range(degree):
-            power *= sigma
-            acc += poly[j, k] * power
-        weights[j] = acc
-    _accumulate(out, y, stages, h, weights)
-    if on_sphere:
-        _retract(out)
-
-
-@numba.njit(cache=True)
-def _rms_scaled(a, y, rtol, atol):
-    a, y = borrow((a, y))
-    total = 0.0
-    n, d = a.shape
-    for i in range(n):
-        for k in range(d):
-            r = a[i, k] / (atol + abs(y[i, k]) * rtol)
-            total += r * r
-    return np.sqrt(total / a.size)
-
-
 @numba.njit(cache=True, inline="always")
 def _sampled_value(out, b, t, metric):
     """The clustering metric at sample ``t`` of trajectory ``b``, from what ``measure`` recorded there."""
@@ -143,81 +84,6 @@ def _holds(x, criterion, ws, sc):
 
 
 @numba.njit(cache=True, inline="always")
-def initial_step(y, f0, hd_ref, flow, beta, method, control, span, buf, ws_ref):
-    """First step size: Hairer, Norsett & Wanner, Solving ODEs I, Sec. II.4 (as scipy's RK45).
-
-    Evaluates the field once, at ``y + h0 f0``. Returns 0 where no step can be
-    sized: a field too large for float64 (the caller reports an underflow).
-    """
-    n, d = y.shape
-    rtol, atol = control.rtol, control.atol
-    off = np.bool_(False)
-    d0, d1 = _rms_scaled(y, y, rtol, atol), _rms_scaled(f0, y, rtol, atol)
-    h0 = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / max(d1, 1e-300)
-    h0 = min(h0, span)
-    if not (h0 > 0.0 and np.isfinite(d1)):
-        return 0.0
-    probe, f1 = buf.stage, buf.y_new
-    for i in range(n):
-        for k in range(d):
-            probe[i, k] = y[i, k] + h0 * f0[i, k]
-    field(probe, f1, hd_ref, flow, beta, off, off, ws_ref)
-    f1 -= f0
-    d2 = _rms_scaled(f1, y, rtol, atol) / h0
-    if d1 <= 1e-15 and d2 <= 1e-15:
-        h1 = max(1e-6, h0 * 1e-3)
-    else:
-        h1 = (0.01 / max(max(d1, d2), 1e-300)) ** (1.0 / (method.error_order + 1))
-    return min(min(100.0 * h0, h1), span)
-
-
-@numba.njit(cache=True, inline="always")
-def rk_step(y, h, hd_ref, flow, beta, method, control, buf, ws_ref):
-    """One attempted step from ``y``: stages 1.. into ``buf.stages``, the solution into ``buf.y_new``.
-
-    Stage 0 must hold ``f(y)``. With FSAL the last stage is evaluated at the
-    new solution (its weights are ``b``), so it doubles as the next step's
-    stage 0; without it, ``y_new`` is its own sum. Returns the scaled RMS norm
-    of the embedded error estimate (NaN for a non-finite step).
-    """
-    stages, stage, y_new, err = buf.stages, buf.stage, buf.y_new, buf.err
-    n_stages = method.a.shape[0]
-    off = np.bool_(False)
-    for s in range(1, n_stages):
-        if method.fsal and s == n_stages - 1:
-            _accumulate(y_new, y, stages[:s], h, method.b[:s])
-            field(y_new, stages[s], hd_ref, flow, beta, off, off, ws_ref)
-        else:
-            _accumulate(stage, y, stages[:s], h, method.a[s, :s])
-            field(stage, stages[s], hd_ref, flow, beta, off, off, ws_ref)
-    if not method.fsal:
-        _accumulate(y_new, y, stages, h, method.b)
-    e, start, end = flat(err), flat(y), flat(y_new)
-    for i in range(e.size):
-        e[i] = 0.0
-    _accumulate(err, err, stages, h, method.e)
-    total = 0.0
-    for i in range(e.size):  # the entries in memory order, token by token
-        ratio = e[i] / (control.atol + control.rtol * max(abs(start[i]), abs(end[i])))
-        total += ratio * ratio
-    return np.sqrt(total / e.size)
-
-
-@numba.njit(cache=True, inline="always")
-def step_factor(err_norm, accepted, last_rejected, method):
-    """The integral controller (as scipy's RK45): the next step over this one."""
-    if err_norm == 0.0:
-        factor = _MAX_FACTOR
-    else:
-        factor = _SAFETY * err_norm ** (-1.0 / (method.error_order + 1))
-    if accepted:
-        return min(1.0 if last_rejected else _MAX_FACTOR, factor)
-    if np.isnan(factor):
-        return _MIN_FACTOR
-    return min(max(factor, _MIN_FACTOR), 1.0)
-
-
-@numba.njit(cache=True, inline="always")
 def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, beta, method, criterion,
                 sampling, t_eval, buf, ws_ref, sc_ref, out_ref):
     """Measure the samples in ``(t, t_new]`` on the step's dense output; locate a crossing among them.
@@ -231,7 +97,7 @@ def sample_step(b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, 
     xs, xs_dot = buf.xs, buf.xs_dot
     while next_sample < t_eval.size and t_eval[next_sample] <= t_new:
         sigma = (t_eval[next_sample] - t) / h
-        _dense(xs, y, buf.stages, h, sigma, method.poly, buf.weights, flow.on_sphere)
+        dense(xs, y, buf.stages, h, sigma, method.poly, buf.weights, flow.on_sphere)
         if sampling.field:
             field(xs, xs_dot, hd_ref, flow, beta, sampling.keep_scores, sampling.field, ws_ref)
             calls += 1
@@ -260,9 +126,9 @@ def step_rates(y, ydot, hd_ref, flow, beta, sampling, ws_ref, sc_ref, least, k):
     field(y, ydot, hd_ref, flow, beta, sampling.keep_scores, sampling.field, ws_ref)
     for h in range(least.shape[2]):
         if flow.energy == Energy.EXP:
-            rate = _exp_energy(flow, h, beta, ydot, hd.shared, ws, sc)[1]
+            rate = exp_energy(flow, h, beta, ydot, hd.shared, ws, sc)[1]
         elif flow.energy == Energy.SOFTPLUS:
-            rate = _softplus_energy(flow, h, beta, ydot, hd.shared, ws, sc)[1]
+            rate = softplus_energy(flow, h, beta, ydot, hd.shared, ws, sc)[1]
         else:  # unreachable after engine.check_declarations; poison, as measure does
             rate = np.nan
         if not rate >= least[0, k, h]:  # NaN wins
@@ -289,38 +155,17 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
              x0.copy())
     ws, sc, buf, y = borrow(owned)
     hd_ref, ws_ref, sc_ref, out_ref = by_reference(hd), by_reference(ws), by_reference(sc), by_reference(out)
-    stages = buf.stages
     t_first, t_end = t_eval[0], t_eval[-1]
-    calls, steps, rejected = 0, 0, 0
+    steps, rejected = 0, 0
     retraction = 0.0
-    t_cluster = np.nan
-    status = Status.OK
     # energy_path: each sample interval's least per-head rate over the accepted step ends in it
     path = sampling.want[Group.ENERGY_PATH.value]
     least = out.energy_rate_min[b:b + 1]  # (1, T, H); empty when the group is off
     if path:
         least[:] = np.inf
 
-    # Stage 0 is the field at y, with what the observables of sample 0 read.
-    field(y, stages[0], hd_ref, flow, beta, sampling.keep_scores, sampling.field, ws_ref)
-    calls += 1
-    xdot = stages[0] if sampling.field else y
-    drift = measure(y, xdot, sampling, flow, beta, hd.shared, criterion.level, ws_ref, sc_ref, out_ref, b,
-                    np.int64(0))
-    found = _holds(y, criterion, ws, sc)
-    if found:
-        t_cluster = t_first
-    next_sample = t_eval.size if found and criterion.stop else 1
-
-    if control.fixed_step > 0.0:
-        h = control.fixed_step
-    else:
-        h = initial_step(y, stages[0], hd_ref, flow, beta, method, control, t_end - t_first, buf, ws_ref)
-        calls += 1
-        if h == 0.0:
-            status = Status.UNDERFLOW
-            next_sample = t_eval.size  # nothing can be integrated
-
+    calls, drift, found, t_cluster, next_sample, h, status = _start(
+        b, y, hd_ref, flow, beta, t_eval, method, control, criterion, sampling, buf, ws_ref, sc_ref, out_ref)
     t = t_first
     last_rejected = False
     while next_sample < t_eval.size:
@@ -332,36 +177,16 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
         accepted = err_norm < 1.0  # False for NaN, so a blow-up is retried smaller
         if control.fixed_step > 0.0:
             accepted = True
-            err_norm = _SAFETY ** (method.error_order + 1)  # factor 1
+            err_norm = SAFETY ** (method.error_order + 1)  # factor 1
         factor = step_factor(err_norm, accepted, last_rejected, method)
 
         if accepted:
             steps += 1
-            # A step clipped to the end lands on t_end exactly, not t + h rounded.
-            t_new = t_end if h == t_end - t else t + h
-            next_sample, sampled_drift, found, t_cluster, sample_calls, sigma_unmet = sample_step(
-                b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, beta, method, criterion,
-                sampling, t_eval, buf, ws_ref, sc_ref, out_ref)
-            drift = max(drift, sampled_drift)
-            calls += sample_calls
-            if flow.on_sphere:
-                retraction = max(retraction, _retract(buf.y_new))
-            if path and next_sample < t_eval.size and t_new > t_eval[next_sample - 1]:
-                step_rates(buf.y_new, buf.xs_dot, hd_ref, flow, beta, sampling, ws_ref, sc_ref, least,
-                           next_sample)
-                calls += 1
-            if not found and _holds(buf.y_new, criterion, ws, sc):
-                t_cluster = _locate(y, stages, h, t, sigma_unmet, 1.0, method.poly, buf.weights,
-                                    flow.on_sphere, criterion, buf.xs, ws, sc)
-                found = True
-            copy_into(y, buf.y_new)
-            if method.fsal:
-                # The last stage is f at the unretracted point, an O(local error) offset.
-                copy_into(stages[0], stages[n_stages - 1])
-            else:
-                field(y, stages[0], hd_ref, flow, beta, np.bool_(False), np.bool_(False), ws_ref)
-                calls += 1
-            t = t_new
+            t, next_sample, found, t_cluster, step_drift, step_retraction, step_calls = _accept(
+                b, y, t, h, t_end, next_sample, found, t_cluster, hd_ref, flow, beta, method, criterion,
+                sampling, t_eval, buf, ws_ref, sc_ref, out_ref, path, least)
+            drift, retraction = max(drift, step_drift), max(retraction, step_retraction)
+            calls += step_calls
         else:
             rejected += 1
         h = h * factor
@@ -377,20 +202,82 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
             break
 
     if path:  # the samples' own rates (unreached samples are blanked by the caller)
-        for k in range(least.shape[1]):
-            for h in range(least.shape[2]):
-                rate = out.energy_rate[b, k, h]
-                if not rate >= least[0, k, h]:
-                    least[0, k, h] = rate
-    stats.counts[b, STEPS] = steps
-    stats.counts[b, REJECTED] = rejected
-    stats.counts[b, CALLS] = calls
+        _least_of_samples(least, out.energy_rate[b])
+    stats.counts[b, STEPS], stats.counts[b, REJECTED], stats.counts[b, CALLS] = steps, rejected, calls
     stats.counts[b, STATUS] = status
-    stats.times[b, T_STOP] = t
-    stats.times[b, T_CLUSTER] = t_cluster
-    stats.times[b, RETRACTION] = retraction
-    stats.times[b, DRIFT] = drift
+    stats.times[b, T_STOP], stats.times[b, T_CLUSTER] = t, t_cluster
+    stats.times[b, RETRACTION], stats.times[b, DRIFT] = retraction, drift
     keep(owned)
+
+
+@numba.njit(cache=True, inline="always")
+def _start(b, y, hd_ref, flow, beta, t_eval, method, control, criterion, sampling, buf, ws_ref, sc_ref,
+           out_ref):
+    """Sample 0 at ``y`` and the first step's size.
+
+    Returns (field evaluations, drift, found, t_cluster, next sample, step size, status).
+    """
+    hd, ws, sc, stages = dereference(hd_ref), dereference(ws_ref), dereference(sc_ref), buf.stages
+    t_first, t_end = t_eval[0], t_eval[-1]
+    status, calls = Status.OK, 1
+    # Stage 0 is the field at y, with what the observables of sample 0 read.
+    field(y, stages[0], hd_ref, flow, beta, sampling.keep_scores, sampling.field, ws_ref)
+    xdot = stages[0] if sampling.field else y
+    drift = measure(y, xdot, sampling, flow, beta, hd.shared, criterion.level, ws_ref, sc_ref, out_ref, b,
+                    np.int64(0))
+    found = _holds(y, criterion, ws, sc)
+    t_cluster = t_first if found else np.nan
+    next_sample = t_eval.size if found and criterion.stop else 1
+    if control.fixed_step > 0.0:
+        h = control.fixed_step
+    else:
+        h = initial_step(y, stages[0], hd_ref, flow, beta, method, control, t_end - t_first, buf, ws_ref)
+        calls += 1
+        if h == 0.0:
+            status = Status.UNDERFLOW
+            next_sample = t_eval.size  # nothing can be integrated
+    return calls, drift, found, t_cluster, next_sample, h, status
+
+
+@numba.njit(cache=True, inline="always")
+def _accept(b, y, t, h, t_end, next_sample, found, t_cluster, hd_ref, flow, beta, method, criterion, sampling,
+            t_eval, buf, ws_ref, sc_ref, out_ref, path, least):
+    """Take the accepted step from ``(t, y)`` (its stages and solution in ``buf``): measure the samples it
+    covers, retract, record the energy path, locate a crossing, and move ``y`` to its end.
+
+    Returns (the new t, next sample, found, t_cluster, largest drift, retraction, field evaluations).
+    """
+    ws, sc, stages = dereference(ws_ref), dereference(sc_ref), buf.stages
+    # A step clipped to the end lands on t_end exactly, not t + h rounded.
+    t_new = t_end if h == t_end - t else t + h
+    next_sample, drift, found, t_cluster, calls, sigma_unmet = sample_step(
+        b, y, t, h, t_new, next_sample, found, t_cluster, hd_ref, flow, beta, method, criterion,
+        sampling, t_eval, buf, ws_ref, sc_ref, out_ref)
+    retraction = retract(buf.y_new) if flow.on_sphere else 0.0
+    if path and next_sample < t_eval.size and t_new > t_eval[next_sample - 1]:
+        step_rates(buf.y_new, buf.xs_dot, hd_ref, flow, beta, sampling, ws_ref, sc_ref, least, next_sample)
+        calls += 1
+    if not found and _holds(buf.y_new, criterion, ws, sc):
+        t_cluster = _locate(y, stages, h, t, sigma_unmet, 1.0, method.poly, buf.weights,
+                            flow.on_sphere, criterion, buf.xs, ws, sc)
+        found = True
+    copy_into(y, buf.y_new)
+    if method.fsal:
+        # The last stage is f at the unretracted point, an O(local error) offset.
+        copy_into(stages[0], stages[stages.shape[0] - 1])
+    else:
+        field(y, stages[0], hd_ref, flow, beta, np.bool_(False), np.bool_(False), ws_ref)
+        calls += 1
+    return t_new, next_sample, found, t_cluster, drift, retraction, calls
+
+
+@numba.njit(cache=True, inline="always")
+def _least_of_samples(least, rates):
+    """Fold the samples' own per-head rates ``rates`` (T, H) into the running minima ``least`` (1, T, H)."""
+    for k in range(least.shape[1]):
+        for h in range(least.shape[2]):
+            if not rates[k, h] >= least[0, k, h]:  # NaN wins
+                least[0, k, h] = rates[k, h]
 
 
 @numba.njit(cache=True)
@@ -401,7 +288,7 @@ def _locate(y, stages, h, t, lo, hi, poly, weights, on_sphere, criterion, xs, ws
         if (hi - lo) * h <= 4.0 * _EPS * max(abs(t), 1.0):
             break
         mid = 0.5 * (lo + hi)
-        _dense(xs, y, stages, h, mid, poly, weights, on_sphere)
+        dense(xs, y, stages, h, mid, poly, weights, on_sphere)
         if _holds(xs, criterion, ws, sc):
             hi = mid
         else:

@@ -204,6 +204,36 @@ def _ok(result):
 
 
 @functools.lru_cache(maxsize=64)
+def _clustering_times(rules: Rules, met, event, t_stop, reached, t_eval, locate):
+    """Per trajectory: the clustering time, where it stopped and the samples it reached. ``met`` (B, T):
+    the criterion holds at a reached sample; ``locate(k)``: the first crossing between samples k - 1 and k,
+    integrated again."""
+    met_at_start = met[:, 0]
+    if rules.stop:
+        # Met at t0: no integration counts; otherwise the event's time.
+        t_cluster = jnp.where(met_at_start, t_eval[0], jnp.where(event, t_stop, jnp.nan))
+        t_stop = jnp.where(met_at_start, t_eval[0], t_stop)
+        return t_cluster, t_stop, reached & (t_eval[None, :] <= t_stop[:, None])
+    first = jnp.argmax(met, axis=1)
+    crossed = jnp.any(met, axis=1)
+    located = locate(jnp.maximum(first, 1))
+    return jnp.where(~crossed, jnp.nan, jnp.where(first == 0, t_eval[0], located)), t_stop, reached
+
+
+def _measured(rules: Rules, x, heads, on_batch) -> dict:
+    """The variables at every sample of ``x`` (B, T, n, d), measured by ``on_batch`` (one sample of the
+    batch): samples in chunks (each vmapped over the batch and the chunk) under a sequential map."""
+    B, T = x.shape[:2]
+    # a trajectory's heads have H first; a batch's, after the trajectory axis (rules.head_axes: 0)
+    H = next(a.shape[1] if axis == 0 else a.shape[0]
+             for a, axis in zip(heads, rules.head_axes, strict=True) if a is not None)
+    # bytes of one sample's measurement for the batch: about eight (H, n, n) and four (H, n, d) arrays
+    per_sample = 8 * B * H * x.shape[2] * (8 * x.shape[2] + 4 * x.shape[3])
+    chunk = int(max(1, min(T, _sample_bytes() // per_sample)))
+    recorded = jax.lax.map(on_batch, jnp.swapaxes(x, 0, 1), batch_size=chunk)  # over (T, B, n, d)
+    return {name: jnp.swapaxes(value, 0, 1) for name, value in recorded.items()}
+
+
 def batch_solver(rules: Rules):
     """The jitted solver of a batch for ``rules``: (x0 (B, n, d), heads, beta (B,), t_eval (T,)) ->
     (variables name -> (B, T, ...), statistics name -> (B,))."""
@@ -254,33 +284,13 @@ def batch_solver(rules: Rules):
         removed = largest_off_one(raw) if rules.on_sphere else jnp.zeros(B)
         seen = unit(x) if rules.radii else x  # what the observables read: x is retracted on the sphere
         drift = largest_off_one(seen)
-        met = jax.vmap(jax.vmap(gap))(seen) <= 0.0
-        met = met & reached
-        met_at_start = met[:, 0]
-        if rules.stop:
-            # Met at t0: no integration counts; otherwise the event's time.
-            t_cluster = jnp.where(met_at_start, t_eval[0], jnp.where(event, t_stop, jnp.nan))
-            t_stop = jnp.where(met_at_start, t_eval[0], t_stop)
-            reached = reached & (t_eval[None, :] <= t_stop[:, None])
-        else:
-            first = jnp.argmax(met, axis=1)
-            crossed = jnp.any(met, axis=1)
-            k = jnp.maximum(first, 1)
-            rows = jnp.arange(B)
-            located = jax.vmap(functools.partial(refine, tol=tol, gap=gap), in_axes=(0, head_axes, 0, 0, 0))(
-                x[rows, k - 1], heads, beta, t_eval[k - 1], t_eval[k])
-            t_cluster = jnp.where(~crossed, jnp.nan, jnp.where(first == 0, t_eval[0], located))
-        # Measure: samples in chunks (each vmapped over the batch and the chunk) under a sequential map.
-        # a trajectory's heads have H first; a batch's, after the trajectory axis (rules.head_axes: 0)
-        H = next(a.shape[1] if axis == 0 else a.shape[0]
-                 for a, axis in zip(heads, rules.head_axes, strict=True) if a is not None)
-        # bytes of one sample's measurement for the batch: about eight (H, n, n) and four (H, n, d) arrays
-        per_sample = 8 * B * H * x0.shape[1] * (8 * x0.shape[1] + 4 * x0.shape[2])
-        chunk = int(max(1, min(T, _sample_bytes() // per_sample)))
-        by_time = jnp.swapaxes(x, 0, 1)  # (T, B, n, d)
+        met = (jax.vmap(jax.vmap(gap))(seen) <= 0.0) & reached
+        locate = jax.vmap(functools.partial(refine, tol=tol, gap=gap), in_axes=(0, head_axes, 0, 0, 0))
+        t_cluster, t_stop, reached = _clustering_times(rules, met, event, t_stop, reached, t_eval,
+                                                       lambda k: locate(x[jnp.arange(B), k - 1], heads, beta,
+                                                                        t_eval[k - 1], t_eval[k]))
         on_batch = jax.vmap(functools.partial(observe, level=tol.level), in_axes=(0, head_axes, 0))
-        recorded = jax.lax.map(lambda xt: on_batch(xt, heads, beta), by_time, batch_size=chunk)
-        recorded = {name: jnp.swapaxes(value, 0, 1) for name, value in recorded.items()}
+        recorded = _measured(rules, x, heads, lambda xt: on_batch(xt, heads, beta))
         if path:  # the samples' own rates and the steps' since the previous sample
             recorded["energy_rate_min"] = jnp.minimum(recorded["energy_rate_min"], sol.solver_state[1])
         stats = sol.stats
