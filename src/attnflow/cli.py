@@ -19,8 +19,8 @@ def sweep_status(sweep, deep: bool = False) -> dict[str, dict]:
     does (its size and time against its manifest), or against its completion record, every byte, with
     ``deep``; ``stale``: written under another numerics version, or by another engine than the cell
     names."""
-    from .sweep import cell_id
-    from .workflow import cell_states
+    from .ids import cell_id
+    from .run.health import cell_states
 
     cells = cell_states(sweep, checksums=deep)
     report = {}
@@ -36,8 +36,8 @@ def uncertified(sweep, bound: float) -> dict[str, dict[str, float]]:
     """Per experiment: its finished cells whose accuracy certificate exceeds ``bound`` (or is not finite)."""
     import math
 
+    from .ids import cell_id
     from .pack import group_attrs
-    from .sweep import cell_id
 
     certificates = {}
     for batch in sweep.batches:
@@ -72,14 +72,10 @@ def _status(args) -> int:
               "(a directory per cell), which this version does not read: their cells count as missing and "
               "the next `snakemake` computes them again; delete those directories to free their files",
               file=sys.stderr)
-    from .workflow import (
-        foreign_owner,
-        issue_repairs,
-        issue_summary_tickets,
-        off_grid_cells,
-        outdated_summaries,
-        results_holder,
-    )
+    from .run.lock import results_holder
+    from .run.owner import foreign_owner
+    from .run.summaries import off_grid_cells, outdated_summaries
+    from .run.tickets import issue_repairs, issue_summary_tickets
 
     foreign = foreign_owner(sweep, args.configfile)
     if foreign:  # its stores are another config's: no ticket written for them
@@ -113,7 +109,7 @@ def _status(args) -> int:
     for name, states in report.items():
         total = sum(len(v) for v in states.values())
         print(f"{name:24} {total:6d}" + "".join(f" {len(states[s]):11d}" for s in STATES))
-    from .workflow import RETRY_KEY, failure_lines
+    from .run.failures import RETRY_KEY, failure_lines
 
     # Each line names its grid point (experiment and axis values), not the cell's hash, and what to change.
     failures = failure_lines(sweep)
@@ -148,7 +144,7 @@ def _status(args) -> int:
 
 
 def _off_grid_line(experiment: str, stores: dict[str, int]) -> str:
-    """Status's line on the cells kept off an experiment's grid (``workflow.off_grid_cells``)."""
+    """Status's line on the cells kept off an experiment's grid (``run.summaries.off_grid_cells``)."""
     count = sum(stores.values())
     return (f"kept off-grid {experiment}: {count} cell{'s' if count > 1 else ''} in {len(stores)} "
             f"store{'s' if len(stores) > 1 else ''} ({', '.join(sorted(stores)[:2])}"
@@ -276,7 +272,7 @@ def _plan(args) -> int:
         return 2
     for name, why in sweep.skipped.items():
         print(f"attnflow plan: skipping experiment {name}: {why}", file=sys.stderr)
-    from .workflow import foreign_owner
+    from .run.owner import foreign_owner
 
     foreign = foreign_owner(sweep, args.configfile)
     if foreign:
