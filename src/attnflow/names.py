@@ -80,6 +80,5 @@ def seed_footer(attrs) -> str:
             f"{'s' if points != 1 else ''} (left out)")
 
 
-
 __all__ = ["batch_experiment", "cell_name", "cells_phrase", "describe_failures", "grid_point_name",
            "seed_footer"]

@@ -59,7 +59,6 @@ def canonical_grid(grid: dict, experiment) -> dict:
     return {axis: grid[axis] for axis in _axis_order(grid, tuple(experiment.defaults.get("grid", {})))}
 
 
-
 def point(spec: Spec, coords: dict) -> Point:
     """The grid point of a spec at ``coords``: its fixed fields and the coordinates, as a ``Cell``
     (whose own ``ValueError`` names a field it refuses)."""

@@ -125,6 +125,7 @@ def failure_report(sweep: Sweep) -> str | None:
             "the reductions, counted in the summaries and figures); `attnflow status` lists them; first: "
             f"{first if len(first) < 400 else first[:400] + '...'}")
 
+
 def figure_caption(sweep: Sweep, experiment: str) -> str:
     """The report caption of an experiment's figure: the experiment's, then the failed cells its
     summary lists (missing in the figure), read from the summary's attributes."""
@@ -136,8 +137,6 @@ def figure_caption(sweep: Sweep, experiment: str) -> str:
     if not failed:
         return caption
     return f"{caption} Failed cells (missing in the figure): {describe_failures(failed)}."
-
-
 
 
 __all__ = ["RETRY_KEY", "failed_cells", "failure_lines", "failure_remedy", "failure_report", "figure_caption",

@@ -202,6 +202,7 @@ def _ran_before(sweep: Sweep, batch: str, summarised: set[str]) -> bool:
     for it would only rerun it later for nothing if that edit is undone."""
     return batch in summarised or sweep.layout.pending(batch).exists()
 
+
 def _ids_of_today(cells, record: dict) -> dict:
     """A manifest or store ``record`` with the cells it holds under the ids they had while the engine was
     part of ids (``ids._id_with_engine``: stores of 2026-12-04/05) renamed to today's ids: the next job
@@ -277,7 +278,6 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, StoreState]:
             else:
                 states[cid] = StoreState("missing")
     return states
-
 
 
 __all__ = ["batch_health", "cell_states", "damage_line", "every_seed_failed", "orphan_health",

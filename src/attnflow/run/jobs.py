@@ -153,6 +153,5 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
         render(summary, outputs, source=summary_path, experiment_modules=modules, width=width, part=part)
 
 
-
 __all__ = ["aggregate_job", "batch_params", "entries_params", "plot_job", "provenance", "simulate_job",
            "spec_params", "stop_on_sigterm", "sweep_from_workflow"]

@@ -124,6 +124,5 @@ def _inherited_lock(path: Path) -> int | None:
     return None
 
 
-
 __all__ = ["LOCK_FD_ENV", "ResultsBusy", "lock_for_child", "lock_results", "release_results",
            "results_holder"]

@@ -138,6 +138,4 @@ def off_grid_cells(sweep: Sweep) -> dict[str, dict[str, int]]:
     return out
 
 
-
-
 __all__ = ["leaving_line", "leaving_points", "off_grid_cells", "outdated_summaries"]

@@ -132,7 +132,5 @@ def _tickets_in(directory: Path, issued) -> list[str]:
     return sorted(written | {p for p in issued if Path(p).parent == directory})
 
 
-
-
 __all__ = ["find_repairs", "find_summary_repairs", "issue_repairs", "issue_summary_tickets", "repair_tickets",
            "summary_tickets", "write_ticket"]
