@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .cell import Cell
-
 
 def cells_phrase(count: int) -> str:
     """"1 cell", "2 cells": how logs and messages count cells."""
@@ -39,30 +33,6 @@ def batch_experiment(batch: str) -> str:
     return batch.split("-", 1)[0]
 
 
-def cell_name(cell: Cell, batch: str, config: dict) -> str:
-    """A batch's cell named by its grid point (``grid_point_name``), from the config alone: the batch's
-    experiment and the values of that experiment's grid axes (the fields a grid point sets). A simulate
-    job names its cells so without expanding the sweep."""
-    experiment = batch_experiment(batch)
-    block = (config.get("experiments") or {}).get(experiment) or {}
-    axes = list(block.get("grid") or {}) or [a for extra in block.get("extra_points") or () for a in extra]
-    modules = tuple(config.get("experiment_modules") or ())
-    axes = _axis_order(dict.fromkeys(axes), _default_axes(experiment, modules))
-    return grid_point_name(experiment, {a: getattr(cell, a) for a in axes if hasattr(cell, a)})
-
-
-@functools.lru_cache(maxsize=64)
-def _default_axes(experiment: str, modules: tuple) -> tuple:
-    """The axes of an experiment's default grid, in order (none for one the registry does not know)."""
-    from .experiments import ExperimentModuleError, registry
-
-    try:
-        experiments = registry(modules)
-    except (ExperimentModuleError, ValueError):  # the config's check names it; a name needs no order
-        return ()
-    return tuple(experiments.get(experiment).defaults.get("grid", {})) if experiment in experiments else ()
-
-
 def _axis_order(axes, known: tuple) -> list:
     """``sweep.canonical_grid``'s order of ``axes``: those not in ``known`` by name, then ``known``'s in
     order."""
@@ -80,5 +50,4 @@ def seed_footer(attrs) -> str:
             f"{'s' if points != 1 else ''} (left out)")
 
 
-__all__ = ["batch_experiment", "cell_name", "cells_phrase", "describe_failures", "grid_point_name",
-           "seed_footer"]
+__all__ = ["batch_experiment", "cells_phrase", "describe_failures", "grid_point_name", "seed_footer"]

@@ -53,7 +53,7 @@ def run_batch(cells: Iterable[Cell], batch: str, layout: Layout, log=print, prov
     (such cells are computed again). A cell that fails whole (an arithmetic
     error in the compiled code) is left out, its error returned, and the batch
     goes on. A ``MemoryError`` or a kill ends the job: the next run retries it.
-    ``names``: cell id -> how the log names it (``cell_name``; default the id).
+    ``names``: cell id -> how the log names it (``jobs.cell_name``; default the id).
     A stored cell that another engine computed than the one its cell names
     (``engine: numba`` or ``jax``) is computed again: a store never mixes engines
     silently. A cell of ``engine: auto`` leaves the choice to the machine, and

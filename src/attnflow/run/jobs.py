@@ -5,6 +5,7 @@ Keeping the logic here makes it testable without Snakemake."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import signal
 import socket
@@ -13,12 +14,13 @@ import threading
 from pathlib import Path
 
 from .. import __version__, jobparams
+from ..cell import Cell
 from ..config import load as load_config
 from ..config import validate
 from ..experiments import Spec
 from ..ids import cell_id, config_digest
 from ..layout import Layout, results_of
-from ..names import cell_name
+from ..names import _axis_order, batch_experiment, grid_point_name
 from ..sweep import Sweep
 from .failures import RETRY_KEY
 from .manifest import write_manifest
@@ -93,7 +95,6 @@ def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=p
     none fails, naming it, rather than compute them on numba (the stores would then be stale at every
     start). The manifest records each stored cell's engine."""
     from .. import resources
-    from ..cell import Cell
     from ..engines import engine_for
     from .batch import run_batch
 
@@ -112,6 +113,30 @@ def simulate_job(cells_params: str, batch: str, config: dict, output: str, log=p
                            names={cell_id(c): cell_name(c, batch, config) for c in cells},
                            retry_failed=bool(config.get(RETRY_KEY)))
     write_manifest(output, batch, result)
+
+
+def cell_name(cell: Cell, batch: str, config: dict) -> str:
+    """A batch's cell named by its grid point (``grid_point_name``), from the config alone: the batch's
+    experiment and the values of that experiment's grid axes (the fields a grid point sets). A simulate
+    job names its cells so without expanding the sweep."""
+    experiment = batch_experiment(batch)
+    block = (config.get("experiments") or {}).get(experiment) or {}
+    axes = list(block.get("grid") or {}) or [a for extra in block.get("extra_points") or () for a in extra]
+    modules = tuple(config.get("experiment_modules") or ())
+    axes = _axis_order(dict.fromkeys(axes), _default_axes(experiment, modules))
+    return grid_point_name(experiment, {a: getattr(cell, a) for a in axes if hasattr(cell, a)})
+
+
+@functools.lru_cache(maxsize=64)
+def _default_axes(experiment: str, modules: tuple) -> tuple:
+    """The axes of an experiment's default grid, in order (none for one the registry does not know)."""
+    from ..experiments import ExperimentModuleError, registry
+
+    try:
+        experiments = registry(modules)
+    except (ExperimentModuleError, ValueError):  # the config's check names it; a name needs no order
+        return ()
+    return tuple(experiments.get(experiment).defaults.get("grid", {})) if experiment in experiments else ()
 
 
 def aggregate_job(name: str, spec_params: str, entries_params: str, output: str, scheduler: str,
@@ -153,5 +178,5 @@ def plot_job(summary_path: str, outputs, modules=(), width: float | None = None,
         render(summary, outputs, source=summary_path, experiment_modules=modules, width=width, part=part)
 
 
-__all__ = ["aggregate_job", "batch_params", "entries_params", "plot_job", "provenance", "simulate_job",
-           "spec_params", "stop_on_sigterm", "sweep_from_workflow"]
+__all__ = ["aggregate_job", "batch_params", "cell_name", "entries_params", "plot_job", "provenance",
+           "simulate_job", "spec_params", "stop_on_sigterm", "sweep_from_workflow"]
