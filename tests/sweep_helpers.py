@@ -111,7 +111,7 @@ def assert_same_results(a: Path, b: Path, within: bool = False):
 
 def stored(results: Path) -> dict:
     """Every cell stored under a results directory (cell id -> dataset, loaded), from its batches' stores."""
-    from attnflow.sweep import stored_cells
+    from attnflow.run.stored import stored_cells
 
     cells = {}
     for path in sorted((Path(results) / "simulations").glob("*.zarr.zip")):
@@ -134,9 +134,9 @@ def place_batch(sweep, batch: str, cells: dict, failed: dict | None = None):
     import json
 
     from attnflow.pack import group_cells, placement
+    from attnflow.run.manifest import MANIFEST_FORMAT
     from attnflow.store import write
-    from attnflow.sweep import store_versions
-    from attnflow.workflow import MANIFEST_FORMAT
+    from attnflow.versions import store_versions
 
     path = sweep.layout.store(batch)
     groups = group_cells(cells)

@@ -14,8 +14,9 @@ from sweep_helpers import ENV, ROOT, write_config
 import attnflow
 from attnflow.access import NotBuiltError, NotOnGrid
 from attnflow.errors import ConfigError
+from attnflow.ids import cell_id
+from attnflow.run.stored import stored_cells
 from attnflow.store import RECORD, CorruptStore, open_verified
-from attnflow.sweep import cell_id, stored_cells
 
 pytestmark = pytest.mark.workflow
 

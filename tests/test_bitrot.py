@@ -121,7 +121,7 @@ def test_status_writes_no_ticket_while_a_controller_runs(reference, tmp_path, ca
     results = tmp_path / "results"
     manifest = json.loads(sorted((results / "manifests").glob("*.json"))[0].read_text())
     rotten = _rot(results / "simulations" / manifest["store"])
-    hold = ("import sys, time; from attnflow.workflow import lock_results; lock_results(sys.argv[1]); "
+    hold = ("import sys, time; from attnflow.run.lock import lock_results; lock_results(sys.argv[1]); "
             "print('held', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", hold, str(results)], stdout=subprocess.PIPE, text=True)
     try:

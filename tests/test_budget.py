@@ -6,9 +6,11 @@ import dataclasses
 import numpy as np
 
 from attnflow import Cell
+from attnflow.ids import cell_id
 from attnflow.layout import Layout
+from attnflow.run.batch import run_batch
+from attnflow.run.stored import stored_cells
 from attnflow.simulation import simulate
-from attnflow.sweep import cell_id, run_batch, stored_cells
 
 
 def test_raising_max_steps_recomputes_only_the_cells_that_failed(tmp_path):

@@ -2,7 +2,7 @@ import pytest
 
 from attnflow import Cell
 from attnflow.cell import CONDITIONAL_FIELDS, FIELD_DOCS
-from attnflow.sweep import cell_id
+from attnflow.ids import cell_id
 
 
 def test_defaults_valid_and_seeds_normalised():

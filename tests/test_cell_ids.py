@@ -23,7 +23,7 @@ import pytest
 
 from attnflow import Cell
 from attnflow.config import load, validate
-from attnflow.sweep import cell_id
+from attnflow.ids import cell_id
 
 ROOT = Path(__file__).parent.parent
 FIXTURE = Path(__file__).parent / "data" / "cell_ids.json"

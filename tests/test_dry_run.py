@@ -10,8 +10,10 @@ from sweep_helpers import beta_star_config, dry_run, jobs_of, run
 
 import attnflow.simulation as simulate_module
 from attnflow.cell import Cell
+from attnflow.ids import cell_id
 from attnflow.layout import Layout
-from attnflow.sweep import cell_id, run_batch, stored_cells
+from attnflow.run.batch import run_batch
+from attnflow.run.stored import stored_cells
 
 
 def _files(results: Path) -> dict[str, tuple[int, str]]:

@@ -12,9 +12,11 @@ from sweep_helpers import dry_run, jobs_of, run, stored, write_config
 
 from attnflow import Cell
 from attnflow.cli import main as attnflow_main
+from attnflow.ids import cell_id
 from attnflow.layout import Layout
+from attnflow.run.batch import run_batch
+from attnflow.run.stored import stored_cells
 from attnflow.store import open_verified
-from attnflow.sweep import cell_id, run_batch, stored_cells
 
 # Issue 39's example at small size: usa attention is stiff at large beta. With a budget of 5,000
 # steps, beta = 2 needs ~50 steps a seed (every seed succeeds), beta = 8 from 500 to 14,000 (some seeds
@@ -126,7 +128,8 @@ def test_one_known_failure_is_said_in_the_singular(tmp_path):
     from sweep_helpers import beta_star_config
 
     from attnflow.config import load, validate
-    from attnflow.workflow import MANIFEST_FORMAT, known_failures_notice
+    from attnflow.run.failures import known_failures_notice
+    from attnflow.run.manifest import MANIFEST_FORMAT
 
     sweep = validate(load(beta_star_config(tmp_path)), reach_scheduler=False)
     batch, cells = next(iter(sweep.batches.items()))

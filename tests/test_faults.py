@@ -15,9 +15,10 @@ from sweep_helpers import ENV, assert_same_cells, planned, run, snakemake_cmd, s
 from attnflow import Cell, simulate
 from attnflow.cli import main as attnflow_main
 from attnflow.config import validate
+from attnflow.ids import cell_id
 from attnflow.layout import Layout
+from attnflow.run.batch import run_batch
 from attnflow.store import record_of, verify
-from attnflow.sweep import cell_id, run_batch
 
 simulate_module = importlib.import_module("attnflow.simulation")
 
@@ -118,7 +119,7 @@ def test_an_interrupted_job_keeps_every_cell_it_finished(tmp_path, monkeypatch, 
     """Ctrl-C (SIGINT to the job) or SIGTERM (SLURM's time limit, scancel, kill) mid-batch: the cells
     finished since the last checkpoint are checkpointed on the way out, and the next run computes none of
     them again (before, up to CHECKPOINT_SECONDS of finished cells were lost)."""
-    from attnflow.workflow import stop_on_sigterm
+    from attnflow.run.jobs import stop_on_sigterm
 
     cells = [Cell(H=1, n=3, d=3, beta=beta, seeds=1, t_max=0.5, n_samples=2) for beta in (0.5, 1.0, 2.0, 4.0)]
     layout = Layout(tmp_path / "stopped")
@@ -249,11 +250,11 @@ def test_two_experiments_sharing_cells_write_each_store_once(tmp_path):
 def test_a_killed_job_resumes_from_its_checkpoints(tmp_path, monkeypatch):
     """A job killed mid-batch keeps the cells it checkpointed; its successor computes only the others,
     and the batch's store holds the numbers an uninterrupted job writes."""
-    import attnflow.sweep as sweep_module
+    import attnflow.run.batch as batch_module
 
     cells = [Cell(H=1, n=3, d=3, beta=beta, seeds=1, t_max=0.5, n_samples=2) for beta in (0.5, 1.0, 2.0, 4.0)]
     layout = Layout(tmp_path / "killed")
-    monkeypatch.setattr(sweep_module, "CHECKPOINT_SECONDS", 0.0)  # a checkpoint after every cell
+    monkeypatch.setattr(batch_module, "CHECKPOINT_SECONDS", 0.0)  # a checkpoint after every cell
     real, calls = simulate_module.simulate, []
 
     def killed_at_the_third(cell, **kwargs):

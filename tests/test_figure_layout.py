@@ -119,7 +119,7 @@ def default_like_summaries(tiny_run, tmp_path_factory):
     from attnflow.aggregate import aggregate
     from attnflow.config import validate
     from attnflow.experiments import builtin_modules
-    from attnflow.sweep import run_batch
+    from attnflow.run.batch import run_batch
 
     tmp = tmp_path_factory.mktemp("default_like")
     blocks = dict(DEFAULT_LIKE)

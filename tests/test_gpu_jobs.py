@@ -11,19 +11,14 @@ from attnflow import Cell, engines, resources
 from attnflow.access import load_sweep
 from attnflow.cli import main as attnflow_main
 from attnflow.config import load, validate
+from attnflow.ids import cell_id
 from attnflow.layout import Layout
 from attnflow.numerics import ENGINE_NUMERICS
 from attnflow.plan import jobs as plan_jobs
 from attnflow.plan import plan
-from attnflow.sweep import cell_id
-from attnflow.workflow import (
-    batch_health,
-    batch_params,
-    cell_states,
-    issue_repairs,
-    other_engines,
-    simulate_job,
-)
+from attnflow.run.health import batch_health, cell_states, other_engines
+from attnflow.run.jobs import batch_params, simulate_job
+from attnflow.run.tickets import issue_repairs
 
 LARGE = ROOT / "config" / "large.yaml"
 SMALL_AUTO = Cell(engine="auto", n=4, d=4, seeds=2)
@@ -146,7 +141,7 @@ def test_a_store_of_another_engine_is_stale_and_recomputed(tmp_path, monkeypatch
     out = capsys.readouterr().out
     assert "computed by jax, this config asks for numba (the next `snakemake` recomputes it)" in out, out
     # The job computes again a stored cell whose engine is not the one it resolves for it.
-    from attnflow.sweep import run_batch
+    from attnflow.run.batch import run_batch
 
     monkeypatch.setattr(engines, "engine_for", lambda cell: "jax")
     logs = []
@@ -189,7 +184,7 @@ def test_auto_cells_keep_a_store_of_either_engine(tmp_path):
 def test_a_change_of_one_engines_numerics_recomputes_only_its_cells(tmp_path, monkeypatch, capsys):
     # ENGINE_NUMERICS lets the JAX engine's numbers move (GPU tuning) without recomputing every numba
     # store, as a NUMERICS_VERSION bump would: here numba's entry moves and its cells are stale.
-    from attnflow.sweep import run_batch
+    from attnflow.run.batch import run_batch
 
     config, sweep, batch, cells, manifest, record = _one_cell_run(tmp_path)
     assert record["engine_numerics"] == dict.fromkeys(record["cells"], ENGINE_NUMERICS["numba"])
@@ -208,7 +203,7 @@ def test_a_change_of_one_engines_numerics_recomputes_only_its_cells(tmp_path, mo
 
 
 def test_a_job_keeps_an_auto_cell_computed_by_the_other_engine(tmp_path, monkeypatch):
-    from attnflow.sweep import run_batch
+    from attnflow.run.batch import run_batch
 
     cell = Cell(engine="auto", n=4, d=4, seeds=2, t_max=0.5, n_samples=3)
     layout = Layout(tmp_path / "results")
@@ -237,31 +232,34 @@ def test_a_config_moved_to_auto_keeps_its_cells_and_one_moved_to_jax_recomputes_
 def test_a_store_written_with_the_engine_in_ids_keeps_its_cells(tmp_path, monkeypatch):
     # Stores written while a non-default engine was part of cell ids (2026-12-04/05) hold their cells
     # under those ids: the job takes them and writes the store again under today's ids.
-    from attnflow import sweep as sweep_module
+    from attnflow import ids
+    from attnflow.run import batch as batch_module
+    from attnflow.run.stored import stored_cells
 
     cell = Cell(engine="auto", n=4, d=4, seeds=2, t_max=0.5, n_samples=3)
     layout = Layout(tmp_path / "results")
-    today = sweep_module.cell_id
+    today = ids.cell_id
     with monkeypatch.context() as patch:
-        patch.setattr(sweep_module, "cell_id", lambda c: sweep_module._id_with_engine(c) or today(c))
-        old = sweep_module.run_batch([cell], "energy-auto", layout, log=lambda *_: None)
-    assert set(old.cells) == {sweep_module._id_with_engine(cell)} != {cell_id(cell)}
+        patch.setattr(batch_module, "cell_id", lambda c: ids._id_with_engine(c) or today(c))
+        old = batch_module.run_batch([cell], "energy-auto", layout, log=lambda *_: None)
+    assert set(old.cells) == {ids._id_with_engine(cell)} != {cell_id(cell)}
     logs = []
-    result = sweep_module.run_batch([cell], "energy-auto", layout, log=logs.append)
-    assert set(result.cells) == {cell_id(cell)} == set(sweep_module.stored_cells(layout.store("energy-auto")))
+    result = batch_module.run_batch([cell], "energy-auto", layout, log=logs.append)
+    assert set(result.cells) == {cell_id(cell)} == set(stored_cells(layout.store("energy-auto")))
     assert any("complete (stored under its id with the engine), skipped" in line for line in logs), logs
     assert any(line.endswith(": 1 cell written (0 new)") for line in logs), logs  # one cell, not "1 cells"
     assert not any("computed in" in line for line in logs), logs
     logs.clear()
-    sweep_module.run_batch([cell], "energy-auto", layout, log=logs.append)
+    batch_module.run_batch([cell], "energy-auto", layout, log=logs.append)
     assert any("complete, skipped" in line for line in logs) and not any("written" in line for line in logs)
 
 
 def test_status_and_plan_count_cells_stored_under_their_id_with_the_engine_done(tmp_path, monkeypatch):
     # Such a store (2026-12-04/05) is taken by the next job, computing nothing (the test above): status
     # says done, not missing, and plan counts no cell to compute.
-    from attnflow import sweep as sweep_module
-    from attnflow import workflow as workflow_module
+    from attnflow import ids
+    from attnflow.run import batch as batch_module
+    from attnflow.run import jobs as jobs_module
 
     config = _only_energy(tmp_path, **{"experiments.energy.grid.geometry": ["sphere"],
                                        "defaults.engine": "auto"})
@@ -269,14 +267,14 @@ def test_status_and_plan_count_cells_stored_under_their_id_with_the_engine_done(
     (batch, cells), = sweep.batches.items()
     manifest = sweep.layout.manifest(batch)
     manifest.parent.mkdir(parents=True, exist_ok=True)
-    today = sweep_module.cell_id
+    today = ids.cell_id
 
     def with_engine(cell):
-        return sweep_module._id_with_engine(cell) or today(cell)
+        return ids._id_with_engine(cell) or today(cell)
 
     with monkeypatch.context() as patch:
-        patch.setattr(sweep_module, "cell_id", with_engine)
-        patch.setattr(workflow_module, "cell_id", with_engine)
+        patch.setattr(batch_module, "cell_id", with_engine)
+        patch.setattr(jobs_module, "cell_id", with_engine)
         simulate_job(batch_params(sweep, batch), batch, sweep.config, str(manifest), log=lambda *_: None)
     assert set(json.loads(manifest.read_text())["cells"]) == {with_engine(c) for c in cells} != \
         {cell_id(c) for c in cells}

@@ -71,8 +71,9 @@ def test_the_error_module_sits_below_everything():
     assert "attnflow.config" not in _imports("attnflow.sweep")
 
 
-@pytest.mark.parametrize("name", ["attnflow.errors", "attnflow.layout", "attnflow.sweep", "attnflow.config",
-                                  "attnflow.workflow"])
+@pytest.mark.parametrize("name", ["attnflow.errors", "attnflow.layout", "attnflow.ids", "attnflow.names",
+                                  "attnflow.versions", "attnflow.sweep", "attnflow.config",
+                                  *(name for name in MODULES if name.startswith("attnflow.run."))])
 def test_each_imports_in_a_fresh_interpreter(name):
     proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -91,7 +92,9 @@ def test_job_start_up_loads_no_drawing_or_scipy():
     forms, fits), not at start-up."""
     # The tests' own experiment module too: the suite's hundred-odd workflow starts and jobs import it.
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-            "import attnflow.config, attnflow.experiments, attnflow.workflow, attnflow.sweep; "
+            "import attnflow.config, attnflow.experiments, attnflow.sweep, attnflow.run.failures, "
+            "attnflow.run.health, attnflow.run.jobs, attnflow.run.lock, attnflow.run.owner, "
+            "attnflow.run.summaries, attnflow.run.tickets; "
             "attnflow.experiments.registry(); attnflow.experiments.registry(['toy_experiment']); "
             "print(sorted(m for m in ('scipy', 'matplotlib', 'seaborn') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

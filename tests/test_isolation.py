@@ -17,8 +17,8 @@ from attnflow.access import OutdatedSummary, load_sweep
 from attnflow.cli import main as attnflow_main
 from attnflow.config import validate
 from attnflow.errors import ConfigError
+from attnflow.run.jobs import sweep_from_workflow
 from attnflow.store import record_of, verify, write
-from attnflow.workflow import sweep_from_workflow
 
 
 # --- where results go ----------------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def _outputs(results):
 
 @pytest.mark.workflow
 def test_two_configs_in_turn_leave_each_other_alone(beta_star_run, tmp_path, monkeypatch, capsys):
-    from attnflow.workflow import claim_results
+    from attnflow.run.owner import claim_results
 
     monkeypatch.chdir(tmp_path)  # where the configs' results/<name> directories are (Snakemake's --directory)
     # Default-like and paper-like: the same experiment and batch names (H, n, attention, heads), other
@@ -250,7 +250,7 @@ def test_a_weights_file_edited_in_place_reruns_its_cells_and_draws(tmp_path):
     run(tmp_path, config)
     new = set(stored(results))
     sweep = validate(yaml.safe_load(config.read_text()), reach_scheduler=False)
-    from attnflow.sweep import cell_id
+    from attnflow.ids import cell_id
 
     trained = {cell_id(p.cell) for p in sweep.points["trained_heads"]}
     assert trained <= new and not trained & old  # every trained cell computed again

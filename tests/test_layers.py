@@ -11,15 +11,15 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attnflow"
 LAYERS = {
     # No import of the package's own modules beyond each other: names, errors, registries, numbers.
     "leaves": ["version", "units", "errors", "registry", "numerics", "streams", "tableau", "report", "layout",
-               "jobparams"],
+               "jobparams", "names"],
     # The model: its declarations, a grid cell, closed forms, the metadata of what is stored, the
     # engines' contract, an experiment's resolved spec (its bounds are functions of a Cell).
     "model": ["attention", "geometry", "strengths", "tokens", "trained", "heads", "observables", "cellvalues",
-              "cell", "spec", "contract", "theory", "metadata"],
+              "cell", "ids", "spec", "contract", "theory", "metadata"],
     # Integrating a cell: the numba and JAX engines, the choice between them, the cost model.
     "engines": ["engine", "jaxengine", "engines", "resources", "seed_failures", "certificate", "simulation"],
     # Stores complete or absent, and a batch's cells packed in one.
-    "storage": ["store", "pack"],
+    "storage": ["store", "pack", "versions"],
     # What each experiment declares, reduces, derives and draws, with its drawing and table toolkits.
     # Below the sweep: the config is checked against the experiments' declarations.
     "experiments": ["plotting", "tables", "experiments"],
@@ -27,7 +27,7 @@ LAYERS = {
     "sweep": ["sweep", "config"],
     # Running a sweep: the batch runner, a results folder's state, the Snakemake jobs' entry points and
     # the aggregation and figures they run.
-    "run": ["run", "workflow", "aggregate", "figures"],
+    "run": ["run", "aggregate", "figures"],
     # What a person calls: the package's facade, the command line and the reports and tables it prints.
     "interfaces": ["attnflow", "access", "export", "status", "plan", "progress", "profile", "refine", "docs",
                    "cli"],

@@ -9,9 +9,9 @@ from sweep_helpers import ROOT, run, write_config
 
 from attnflow.cli import main
 from attnflow.layout import Layout
-from attnflow.workflow import ResultsBusy, lock_results, release_results, results_holder
+from attnflow.run.lock import ResultsBusy, lock_results, release_results, results_holder
 
-HOLD = "import sys, time; from attnflow.workflow import lock_results; lock_results(sys.argv[1]); " \
+HOLD = "import sys, time; from attnflow.run.lock import lock_results; lock_results(sys.argv[1]); " \
        "print('held', flush=True); time.sleep(60)"
 
 

@@ -19,8 +19,8 @@ from attnflow.metadata import (
     describe_summary,
     undescribed,
 )
+from attnflow.run.stored import stored_cells
 from attnflow.store import open_members, open_verified, read_members, record_of
-from attnflow.sweep import stored_cells
 
 pytestmark = pytest.mark.workflow
 
@@ -101,7 +101,7 @@ SMALL = {
 @pytest.mark.parametrize("name", [*sorted(SMALL), "trained_heads"])
 def test_the_experiments_outside_the_tiny_run_are_described(tmp_path, name):
     from attnflow import simulate
-    from attnflow.sweep import cell_id
+    from attnflow.ids import cell_id
 
     block = SMALL.get(name)
     if name == "trained_heads":

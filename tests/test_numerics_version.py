@@ -281,7 +281,7 @@ def test_a_new_batch_is_no_deleted_manifest(beta_star_run, tmp_path):
     from sweep_helpers import beta_star_config
 
     from attnflow.config import load, validate
-    from attnflow.workflow import outdated_summaries
+    from attnflow.run.summaries import outdated_summaries
 
     shutil.copytree(beta_star_run[2], tmp_path / "results")
     config = beta_star_config(tmp_path, **{"experiments.beta_star.grid.n": [4, 6, 8]})
@@ -297,7 +297,8 @@ def test_a_cell_moved_to_a_batch_that_never_ran_is_not_missing(tiny_run, tmp_pat
     from sweep_helpers import write_config
 
     from attnflow.config import load, validate
-    from attnflow.workflow import damage_line, outdated_summaries, unhealthy
+    from attnflow.run.health import damage_line, unhealthy
+    from attnflow.run.summaries import outdated_summaries
 
     edited = write_config(tmp_path, results=str(tiny_run[2]),
                           **{"experiments.beta_star.grid.beta": [0.5, 3.0]})
@@ -324,7 +325,7 @@ def test_a_batch_whose_bookkeeping_is_lost_runs_again(beta_star_run, tmp_path, d
 
     from attnflow.cli import main as attnflow_main
     from attnflow.config import load, validate
-    from attnflow.workflow import cell_states
+    from attnflow.run.health import cell_states
 
     shutil.copytree(beta_star_run[2], tmp_path / "results")
     config = _beta_star_only(tmp_path)

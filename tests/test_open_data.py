@@ -11,10 +11,13 @@ import pytest
 import xarray as xr
 
 from attnflow.cell import Cell
+from attnflow.ids import cell_id
 from attnflow.layout import Layout
 from attnflow.pack import as_cells, group_cells
+from attnflow.run.batch import run_batch
+from attnflow.run.stored import stored_cells
 from attnflow.store import record_of, write
-from attnflow.sweep import cell_id, run_batch, store_versions, stored_cells
+from attnflow.versions import store_versions
 
 
 def _open(path, **kwargs) -> xr.Dataset:

@@ -1,4 +1,4 @@
-"""Which config owns a results directory (``workflow.foreign_owner``), without running the workflow:
+"""Which config owns a results directory (``run.owner.foreign_owner``), without running the workflow:
 a damaged or missing owner record, the same config named by another path, moved with its results or run
 with other run-time switches, and a config whose keys are reordered (which batch owns a shared cell)."""
 
@@ -12,8 +12,9 @@ from sweep_helpers import NOT_BETA_STAR, TINY, beta_star_config
 
 from attnflow.access import load_sweep
 from attnflow.config import load, validate
-from attnflow.sweep import cell_id
-from attnflow.workflow import batch_params, claim_results, foreign_owner, owner_of
+from attnflow.ids import cell_id
+from attnflow.run.jobs import batch_params
+from attnflow.run.owner import claim_results, foreign_owner, owner_of
 
 ROOT = TINY.parents[1]
 

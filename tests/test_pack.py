@@ -8,9 +8,9 @@ import pytest
 import xarray as xr
 
 from attnflow.config import load, validate
+from attnflow.ids import cell_id
 from attnflow.pack import CELL, as_cells, cell_values, group_attrs, group_cells, placement, select, split
 from attnflow.store import open_members, read_members, record_of, write
-from attnflow.sweep import cell_id
 
 
 def _cell(n: int, beta: float, seed: int) -> xr.Dataset:

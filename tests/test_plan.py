@@ -9,8 +9,8 @@ from sweep_helpers import ROOT, place_batch, stored
 from attnflow import resources
 from attnflow.access import load_sweep
 from attnflow.cli import main as attnflow_main
+from attnflow.ids import cell_id
 from attnflow.plan import COMPILE_SECONDS, jobs, makespan, plan
-from attnflow.sweep import cell_id
 
 pytestmark = pytest.mark.workflow
 

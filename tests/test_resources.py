@@ -109,7 +109,7 @@ PEAKS = """
 import json, sys, tempfile
 from attnflow import Cell, resources
 from attnflow.layout import Layout
-from attnflow.sweep import run_batch
+from attnflow.run.batch import run_batch
 
 def hwm():
     with open("/proc/self/status") as status:

@@ -5,7 +5,10 @@ from sweep_helpers import assert_same_cells
 
 from attnflow import Cell
 from attnflow.config import ConfigError, points_of, validate
-from attnflow.sweep import cell_id, run_batch, spec_points, stored_cells
+from attnflow.ids import cell_id
+from attnflow.run.batch import run_batch
+from attnflow.run.stored import stored_cells
+from attnflow.sweep import spec_points
 
 CONFIG = {
     "experiments": {

@@ -107,7 +107,7 @@ def test_trained_cell_runs_like_explicit_matrices(tmp_path):
 
 
 def test_editing_the_weights_changes_the_cell_id(tmp_path):
-    from attnflow.sweep import cell_id
+    from attnflow.ids import cell_id
 
     path, _ = _weights(tmp_path)
     cell = Cell(heads="trained", weights=str(path), H=2, d=D, n=4)

@@ -16,9 +16,9 @@ from attnflow.cli import main as attnflow_main
 from attnflow.config import load, validate
 from attnflow.experiments.superadditivity import linear_strengths
 from attnflow.layout import Layout
+from attnflow.run.jobs import batch_params
+from attnflow.run.stored import stored_cells
 from attnflow.store import RECORD, open_verified, record_of
-from attnflow.sweep import stored_cells
-from attnflow.workflow import batch_params
 
 pytestmark = pytest.mark.workflow
 

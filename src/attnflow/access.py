@@ -119,7 +119,7 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
                             "for every experiment)")
     from .store import load as load_store
     from .store import open_members
-    from .sweep import summary_versions
+    from .versions import summary_versions
 
     rebuild = f"`{build_command(configfile, path)}` rebuilds it"
     try:
@@ -139,7 +139,7 @@ def open_summary(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *,
 
 def _owned_by(sweep, configfile) -> str:
     """`` (the results directory belongs to config X)`` when another config ran there last, else ""."""
-    from .workflow import UnreadableOwner, config_identity, owner_of, same_config
+    from .run.owner import UnreadableOwner, config_identity, owner_of, same_config
 
     try:
         owner = owner_of(sweep.results)
@@ -210,10 +210,11 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     writes it; one another engine computed than the config names is
     ``OutdatedCells``. ``attrs["engines"]`` counts the cells of each engine.
     """
+    from .ids import cell_id
     from .metadata import with_coordinates
     from .pack import merged_attrs, split
     from .store import load, open_members
-    from .sweep import cell_id, engine_staleness, store_versions, stored_engine, stored_engine_numerics
+    from .versions import engine_staleness, store_versions, stored_engine, stored_engine_numerics
 
     sweep = load_sweep(configfile, results)
     _check_experiment(sweep, experiment, configfile)

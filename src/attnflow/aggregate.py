@@ -31,19 +31,13 @@ import xarray as xr
 
 from . import metadata
 from .experiments import Experiment
+from .names import describe_failures, seed_footer
 from .pack import CELL, cell_values, select
 from .spec import Spec
 from .store import CorruptStore, StaleStore, load, open_members, quarantine, record_of
 from .store import write as write_store
-from .sweep import (
-    describe_failures,
-    recorded_engines,
-    seed_footer,
-    store_versions,
-    summary_versions,
-    verify_batch,
-)
 from .version import __version__
+from .versions import recorded_engines, store_versions, summary_versions, verify_batch
 
 
 @contextlib.contextmanager
@@ -242,7 +236,7 @@ def summarise(experiment: Experiment, spec: Spec, entries: Sequence[tuple[dict, 
 
 def _engines(entries, records: dict[str, dict]) -> str:
     """Which engines computed the summary's stored cells, and how many each ("jax: 3, numba: 1"): an
-    ``engine: auto`` sweep takes cells of either (``sweep.run_batch``), and the summary says so."""
+    ``engine: auto`` sweep takes cells of either (``run.batch.run_batch``), and the summary says so."""
     engines = {path: recorded_engines(record) for path, record in records.items()}
     counts: dict[str, int] = {}
     for path, cid in {(path, cid) for _, path, cid in entries if cid in engines[path]}:

@@ -267,9 +267,9 @@ class Cell:
         return self._canonical_json
 
     def identity_json(self) -> str:
-        """The text its id (``attnflow.sweep.cell_id``) hashes, so it must never change for a given
+        """The text its id (``attnflow.ids.cell_id``) hashes, so it must never change for a given
         cell: ``canonical_json`` less ``engine``, computed once per cell. The engine is no part of what
-        a cell is: the store records which engine computed it (``sweep.engine_staleness``), so a
+        a cell is: the store records which engine computed it (``versions.engine_staleness``), so a
         config that moves from ``numba`` to ``auto`` keeps its cells."""
         return self._identity_json
 

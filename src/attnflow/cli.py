@@ -133,7 +133,7 @@ def _plan(args) -> int:
         return 2
     for name, why in sweep.skipped.items():
         print(f"attnflow plan: skipping experiment {name}: {why}", file=sys.stderr)
-    from .workflow import foreign_owner
+    from .run.owner import foreign_owner
 
     foreign = foreign_owner(sweep, args.configfile)
     if foreign:

@@ -1,6 +1,6 @@
 """An experiment's figure from its summary: ``render`` draws it and saves PNG and PDF with provenance.
 
-Called by the workflow's plot job (``workflow.plot_job``). It looks the
+Called by the workflow's plot job (``run.jobs.plot_job``). It looks the
 experiment up in the registry, so it sits above the experiments; the helpers
 they draw with are ``attnflow.plotting``, below them.
 """
@@ -17,9 +17,9 @@ import xarray as xr  # noqa: E402
 
 from . import plotting  # noqa: E402  (the figures' theme, set on import)
 from .experiments import registry  # noqa: E402
+from .names import seed_footer  # noqa: E402
 from .numerics import CERTIFICATE_BOUND  # noqa: E402
 from .spec import Spec  # noqa: E402
-from .sweep import seed_footer  # noqa: E402
 
 DPI = 150  # of the PNG
 
@@ -38,7 +38,7 @@ def certificate_line(summary: xr.Dataset) -> str:
 
 
 def failed_note(summary: xr.Dataset) -> str:
-    """One short line on what failed, else ``""``: the seeds left out (``sweep.seed_footer``) and
+    """One short line on what failed, else ``""``: the seeds left out (``names.seed_footer``) and
     the cells missing; `attnflow status` names each with its remedy."""
     failed = json.loads(summary.attrs.get("failed_cells") or "[]")
     parts = [seed_footer(summary.attrs)] if summary.attrs.get("n_seeds_failed") else []

@@ -130,7 +130,7 @@ class Layout:
     @property
     def owner(self) -> Path:
         """Which config last ran on this results directory (its name, path and digest): a run of
-        another config here is refused unless told to take it over (``workflow.foreign_owner``)."""
+        another config here is refused unless told to take it over (``run.owner.foreign_owner``)."""
         return self.results / "attnflow-owner.json"
 
     @property

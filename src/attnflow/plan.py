@@ -41,7 +41,8 @@ import os
 from pathlib import Path
 
 from . import resources
-from .sweep import Sweep, cell_id
+from .ids import cell_id
+from .sweep import Sweep
 
 # Measured on the tiny config's jobs (2 cores, kernels cached): a simulate job whose
 # cells take milliseconds runs 1.6-1.9 s (interpreter, imports, cached kernels loaded,
@@ -93,7 +94,7 @@ def cell_states(sweep: Sweep, checksums: bool = False) -> dict[str, str]:
     """Every cell id of the sweep -> new | done | failed | stale (the cheap check of every start, or
     every byte with ``checksums``; missing, interrupted or corrupt cells are new: the next run computes
     them)."""
-    from .workflow import cell_states as states_of
+    from .run.health import cell_states as states_of
 
     return {cid: state.status if state.status in ("done", "failed", "stale") else "new"
             for cid, state in states_of(sweep, checksums).items()}

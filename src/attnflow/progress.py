@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .ids import cell_id
 from .layout import Layout
 from .plan import (
     SIMULATE_THREADS,
@@ -31,7 +32,7 @@ from .plan import (
     jobs_get_gpus,
     makespan_beside_gpus,
 )
-from .sweep import Sweep, cell_id
+from .sweep import Sweep
 
 
 def benchmark_seconds(results: str | Path) -> dict[str, float]:

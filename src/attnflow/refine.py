@@ -12,7 +12,7 @@ experiment's extra points in every run on that directory: a plain
 new cells are computed; each round halves every bracket, ``rounds`` of them
 narrow it ``2^rounds`` times.
 
-``refine`` holds the results directory's lock (``workflow.lock_results``) from
+``refine`` holds the results directory's lock (``run.lock.lock_results``) from
 before its first round until its last, and shares it with the workflows it
 starts: another controller on the same results (a working copy re-aggregating
 the unrefined grid, say) cannot write a summary between rounds; and ``refine``
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .config import load, validate
 from .errors import ConfigError
-from .workflow import lock_for_child, lock_results, release_results
+from .run.lock import lock_for_child, lock_results, release_results
 
 
 def find_snakefile(snakefile: str | Path | None = None) -> Path:

@@ -14,8 +14,8 @@ def sweep_status(sweep, deep: bool = False) -> dict[str, dict]:
     does (its size and time against its manifest), or against its completion record, every byte, with
     ``deep``; ``stale``: written under another numerics version, or by another engine than the cell
     names."""
-    from .sweep import cell_id
-    from .workflow import cell_states
+    from .ids import cell_id
+    from .run.health import cell_states
 
     cells = cell_states(sweep, checksums=deep)
     report = {}
@@ -31,8 +31,8 @@ def uncertified(sweep, bound: float) -> dict[str, dict[str, float]]:
     """Per experiment: its finished cells whose accuracy certificate exceeds ``bound`` (or is not finite)."""
     import math
 
+    from .ids import cell_id
     from .pack import group_attrs
-    from .sweep import cell_id
 
     certificates = {}
     for batch in sweep.batches:
@@ -81,7 +81,9 @@ def _tickets(sweep, report: dict, deep: bool, foreign) -> dict[str, str]:
     byte: repairs for corrupt stores, rebuilds for summaries (read whole with ``deep``). Not while a
     controller runs: what it is writing reads as damage, and it would rerun jobs for it; nor on another
     config's results (``foreign``)."""
-    from .workflow import issue_repairs, issue_summary_tickets, outdated_summaries, results_holder
+    from .run.lock import results_holder
+    from .run.summaries import outdated_summaries
+    from .run.tickets import issue_repairs, issue_summary_tickets
 
     corrupt = any(states["corrupt"] for states in report.values())
     holder = results_holder(sweep.results) if corrupt or deep else None
@@ -117,7 +119,7 @@ def _print_table(report: dict) -> None:
 def _print_failures(sweep) -> None:
     """Each failed cell's line, naming its grid point (experiment and axis values), not the cell's hash,
     and what to change."""
-    from .workflow import RETRY_KEY, failure_lines
+    from .run.failures import RETRY_KEY, failure_lines
 
     failures = failure_lines(sweep)
     for line in failures:
@@ -155,7 +157,8 @@ def status(args) -> int:
     if sweep is None:
         return 2
     _notices(sweep)
-    from .workflow import foreign_owner, off_grid_cells
+    from .run.owner import foreign_owner
+    from .run.summaries import off_grid_cells
 
     foreign = foreign_owner(sweep, args.configfile)
     if foreign:  # its stores are another config's: no ticket written for them

@@ -5,28 +5,14 @@ from pathlib import Path
 
 from attnflow import resources
 from attnflow.plan import jobs_get_gpus
-from attnflow.workflow import (
-    ConfigError,
-    ResultsBusy,
-    batch_params,
-    claim_results,
-    damage_line,
-    entries_params,
-    foreign_owner,
-    failure_report,
-    figure_caption,
-    find_repairs,
-    find_summary_repairs,
-    known_failures_notice,
-    leaving_line,
-    leaving_points,
-    lock_results,
-    results_holder,
-    spec_params,
-    repair_tickets,
-    summary_tickets,
-    sweep_from_workflow,
-)
+from attnflow.errors import ConfigError
+from attnflow.run.failures import failure_report, figure_caption, known_failures_notice
+from attnflow.run.health import damage_line
+from attnflow.run.jobs import batch_params, entries_params, spec_params, sweep_from_workflow
+from attnflow.run.lock import ResultsBusy, lock_results, results_holder
+from attnflow.run.owner import claim_results, foreign_owner
+from attnflow.run.summaries import leaving_line, leaving_points
+from attnflow.run.tickets import find_repairs, find_summary_repairs, repair_tickets, summary_tickets
 
 
 try:

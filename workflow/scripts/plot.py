@@ -3,7 +3,7 @@
 import json
 import sys
 
-from attnflow.workflow import plot_job
+from attnflow.run.jobs import plot_job
 
 sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
 

@@ -1,4 +1,4 @@
-"""Snakemake script: simulate one batch of cells (I/O only; the work is attnflow.workflow.simulate_job)."""
+"""Snakemake script: simulate one batch of cells (I/O only; the work is attnflow.run.jobs.simulate_job)."""
 
 import os
 import sys
@@ -12,7 +12,7 @@ if not GPU:
 
 import numba  # noqa: E402
 
-from attnflow.workflow import simulate_job  # noqa: E402
+from attnflow.run.jobs import simulate_job  # noqa: E402
 
 sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
 numba.set_num_threads(min(snakemake.threads, numba.config.NUMBA_NUM_THREADS))  # noqa: F821

@@ -46,7 +46,7 @@ COORDINATES: dict[str, Meta] = {
                                         "(the equation fixes no time scale)"),
     "head": Meta("1", "head index", "attention head h = 0..H-1"),
     "token": Meta("1", "token index", "token i = 0..n-1"),
-    "cell": Meta("1", "cell id", "the grid cell: a hash of its parameters (attnflow.sweep.cell_id)"),
+    "cell": Meta("1", "cell id", "the grid cell: a hash of its parameters (attnflow.ids.cell_id)"),
     "beta_fine": Meta("1", "inverse temperature (closed-form map)",
                       "inverse temperature beta on the fine grid the closed-form map is drawn on"),
     "level_fine": Meta("1", "clustering level (closed-form map)",
