@@ -21,14 +21,15 @@ from attnflow.run.batch import run_batch
 from attnflow.store import record_of, verify
 
 simulate_module = importlib.import_module("attnflow.simulation")
+engines_module = importlib.import_module("attnflow.engines")
 
 pytestmark = pytest.mark.workflow
 
 
 def _poisoned_solvers(poison):
-    """``simulation.solver_for`` whose stored runs are poisoned (at the cell's rtol: not the certificate's
+    """``engines.solver_for`` whose stored runs are poisoned (at the cell's rtol: not the certificate's
     companion run, at another)."""
-    real_for = simulate_module.solver_for
+    real_for = engines_module.solver_for
 
     def solver_for(cell):
         real = real_for(cell)
@@ -56,7 +57,7 @@ def _off_sphere(result):
 ])
 def test_bad_numbers_fail_their_seed_and_the_cell_keeps_the_others(tmp_path, monkeypatch, poison, message,
                                                                      when):
-    monkeypatch.setattr(simulate_module, "solver_for", _poisoned_solvers(poison))
+    monkeypatch.setattr(engines_module, "solver_for", _poisoned_solvers(poison))
     cell = Cell(H=2, n=5, d=4, beta=0.7, seeds=2, t_max=1.0, n_samples=5)
     ds = simulate(cell)
     assert ds.failed.values.tolist() == [True, False] and ds.t_failed.values[0] == when

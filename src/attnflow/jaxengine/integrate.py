@@ -203,7 +203,6 @@ def _ok(result):
     return (result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred)
 
 
-@functools.lru_cache(maxsize=64)
 def _clustering_times(rules: Rules, met, event, t_stop, reached, t_eval, locate):
     """Per trajectory: the clustering time, where it stopped and the samples it reached. ``met`` (B, T):
     the criterion holds at a reached sample; ``locate(k)``: the first crossing between samples k - 1 and k,
@@ -234,6 +233,7 @@ def _measured(rules: Rules, x, heads, on_batch) -> dict:
     return {name: jnp.swapaxes(value, 0, 1) for name, value in recorded.items()}
 
 
+@functools.lru_cache(maxsize=64)
 def batch_solver(rules: Rules):
     """The jitted solver of a batch for ``rules``: (x0 (B, n, d), heads, beta (B,), t_eval (T,)) ->
     (variables name -> (B, T, ...), statistics name -> (B,))."""
