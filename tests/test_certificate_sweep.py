@@ -55,3 +55,24 @@ def test_a_figure_says_when_its_worst_certificate_is_above_the_bound():
     for worst in (CERTIFICATE_BOUND * 5.9, float("nan")):
         line = certificate_line(xr.Dataset(attrs={"certificate_error": worst}))
         assert f"above {CERTIFICATE_BOUND:g}: uncertified" in line
+
+
+def test_status_says_why_a_cell_is_uncertified_and_offers_no_tighter_rtol_for_it(monkeypatch, capsys):
+    """A cell whose seeds no companion could bound (certificate NaN) is named with the store's reason, not
+    told to tighten rtol, which does not move stability-limited steps; a certificate above the bound is."""
+    from attnflow import status as status_module
+
+    reason = "1 of 1 seeds uncertified: steps did not follow the tolerance (stability-limited)"
+    monkeypatch.setattr(status_module, "uncertified", lambda sweep, bound: {
+        "superadditivity": {"a": (float("nan"), reason), "b": (3e-3, "energy")}})
+
+    class Sweep:
+        def name_of(self, cid, name):
+            return f"{name} (cell {cid})"
+
+    status_module._print_uncertified(Sweep(), 1e-4)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"uncertified superadditivity (cell a): {reason}")
+    assert "tighten" not in lines[0]
+    assert "certificate_error 0.003 > 0.0001" in lines[1] and "error of energy" in lines[1]
+    assert "tighten rtol" in lines[1]

@@ -4,6 +4,7 @@ the next run will do about them, and its progress; it writes the repair tickets 
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 STATES = ("done", "missing", "failed", "corrupt", "interrupted", "stale")
@@ -27,8 +28,10 @@ def sweep_status(sweep, deep: bool = False) -> dict[str, dict]:
     return report
 
 
-def uncertified(sweep, bound: float) -> dict[str, dict[str, float]]:
-    """Per experiment: its finished cells whose accuracy certificate exceeds ``bound`` (or is not finite)."""
+def uncertified(sweep, bound: float) -> dict[str, dict[str, tuple[float, str]]]:
+    """Per experiment: its finished cells whose accuracy certificate exceeds ``bound`` (or is not finite),
+    each with its certificate and the store's word on it (``certificate_variable``: the variable, or why
+    seeds are uncertified)."""
     import math
 
     from .ids import cell_id
@@ -37,13 +40,13 @@ def uncertified(sweep, bound: float) -> dict[str, dict[str, float]]:
     certificates = {}
     for batch in sweep.batches:
         for cid, attrs in group_attrs(sweep.layout.store(batch)).items():
-            certificates[cid] = attrs.get("certificate_error")
+            certificates[cid] = (attrs.get("certificate_error"), str(attrs.get("certificate_variable", "")))
     report = {}
     for name, points in sweep.points.items():
         for cid in dict.fromkeys(cell_id(p.cell) for p in points):
-            value = certificates.get(cid)
+            value, why = certificates.get(cid, (None, ""))
             if value is not None and not (math.isfinite(value) and value <= bound):
-                report.setdefault(name, {})[cid] = value
+                report.setdefault(name, {})[cid] = (value, why)
     return report
 
 
@@ -144,10 +147,16 @@ def _print_cells(sweep, report: dict) -> None:
 
 def _print_uncertified(sweep, bound: float) -> None:
     for name, cells in uncertified(sweep, bound).items():
-        for cid, value in cells.items():
-            print(f"uncertified {sweep.name_of(cid, name)}: certificate_error {value:.3g} > "
-                  f"{bound:g} (its worst seed's bound on the error of a recorded variable, "
-                  "relative to its scale): tighten rtol and atol in its block (or defaults)")
+        for cid, (value, why) in cells.items():
+            where = sweep.name_of(cid, name)
+            if math.isnan(value):  # a seed no companion run could bound: a tighter rtol may not help
+                print(f"uncertified {where}: {why} (docs/model.md, Numerics: where the certificate "
+                      "stops being a bound)")
+            else:
+                variable = why or "a recorded variable"
+                print(f"uncertified {where}: certificate_error {value:.3g} > {bound:g} (its worst seed's "
+                      f"bound on the error of {variable}, relative to its scale): tighten rtol and atol in "
+                      "its block (or defaults)")
 
 
 def status(args) -> int:
