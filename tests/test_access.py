@@ -153,3 +153,17 @@ def test_open_summary_refuses_a_summary_of_another_grid(tiny_run, tmp_path):
     # The summary on disk holds sphere and flat: not this grid's numbers, so never served (issue 39.1).
     with pytest.raises(OutdatedSummary, match=r"built from another grid .*`snakemake .* --configfile"):
         attnflow.open_summary("energy", configfile=edited, results=results)
+
+
+
+def test_open_cells_joins_cells_of_another_dimension(tiny_run):
+    # clustering_time's cells of d = 16 and d = 64 hold per-dimension variables of two sizes: joined outward
+    # (NaN past d = 16), where concatenating them refused to align a dimension without a coordinate.
+    _, config, _ = tiny_run
+    ds = attnflow.open_cells("clustering_time", configfile=config)
+    assert ds.sizes["d"] == 2 and ds.sizes["dim"] == 64
+    per_dim = [name for name, v in ds.data_vars.items() if "dim" in v.dims]
+    assert per_dim, "no per-dimension variable to join"
+    small = ds[per_dim[0]].sel(d=16)
+    assert np.isfinite(small.isel(dim=slice(0, 16))).all() and np.isnan(small.isel(dim=slice(16, None))).all()
+    assert np.isfinite(ds[per_dim[0]].sel(d=64)).all()

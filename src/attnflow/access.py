@@ -253,7 +253,10 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     pieces = []
     for point in points:
         ds = cells[cell_id(point.cell)]
-        pieces.append(ds.expand_dims("cell").assign_coords(
+        # Dims without a coordinate (a dimension's index, the matrices' columns) get one, so cells of
+        # another d join outward (NaN past their size) instead of refusing to align.
+        bare = {dim: np.arange(size) for dim, size in ds.sizes.items() if dim not in ds.coords}
+        pieces.append(ds.assign_coords(bare).expand_dims("cell").assign_coords(
             {a: ("cell", [_plain(point.coords[a])]) for a in axes}))
     if not axes:
         return pieces[0].isel(cell=0, drop=True)
