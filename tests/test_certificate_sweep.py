@@ -76,3 +76,12 @@ def test_status_says_why_a_cell_is_uncertified_and_offers_no_tighter_rtol_for_it
     assert "tighten" not in lines[0]
     assert "certificate_error 0.003 > 0.0001" in lines[1] and "error of energy" in lines[1]
     assert "tighten rtol" in lines[1]
+
+
+def test_a_figure_counts_the_cells_no_companion_could_bound_and_claims_no_more_than_it_has():
+    import xarray as xr
+
+    line = certificate_line(xr.Dataset(attrs={"certificate_error": 2e-6, "certificate_uncertified": 4}))
+    assert "every certified seed" in line and "every seed" not in line
+    assert "4 cells with a seed no companion run could bound" in line
+    assert "every seed (" in certificate_line(xr.Dataset(attrs={"certificate_error": 2e-6}))

@@ -30,11 +30,15 @@ def certificate_line(summary: xr.Dataset) -> str:
     unknown = int(summary.attrs.get("certificate_uncertified", 0))
     if worst is None:
         return "accuracy certificate: none (stores written before certificates)"
+    seeds = "every seed" if not unknown else "every certified seed"
     text = (f"accuracy certificate: error of a recorded variable at most {float(worst):.1e} of its scale, "
-            "every seed (each rerun at another tolerance)")
+            f"{seeds} (each rerun at another tolerance)")
     if not float(worst) <= CERTIFICATE_BOUND:  # NaN included
         text += f" (above {CERTIFICATE_BOUND:g}: uncertified; `attnflow status` names the cells)"
-    return text + (f"; {unknown} stores without one" if unknown else "")
+    # A cell stores NaN where a seed of it has no certificate (stability-limited steps, a failed companion,
+    # stores written before certificates): counted, never folded into the worst number.
+    return text + (f"; {unknown} cell{'s' if unknown > 1 else ''} with a seed no companion run could bound "
+                   "(`attnflow status` says why)" if unknown else "")
 
 
 def failed_note(summary: xr.Dataset) -> str:
