@@ -250,18 +250,20 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     engines: dict[str, int] = {}  # engine: auto takes either's cells: said in the attributes, never dropped
     for ds in (cells[cid] for cid in dict.fromkeys(cell_id(p.cell) for p in points)):
         engines[stored_engine(ds)] = engines.get(stored_engine(ds), 0) + 1
-    pieces = []
+    pieces, bare = [], set()
     for point in points:
         ds = cells[cell_id(point.cell)]
-        # Dims without a coordinate (a dimension's index, the matrices' columns) get one, so cells of
-        # another d join outward (NaN past their size) instead of refusing to align.
-        bare = {dim: np.arange(size) for dim, size in ds.sizes.items() if dim not in ds.coords}
-        pieces.append(ds.assign_coords(bare).expand_dims("cell").assign_coords(
+        # Dims without a coordinate (a dimension's index, the matrices' columns) get one for the join, so
+        # cells of another d join outward (NaN past their size) instead of refusing to align; it goes again
+        # after the join, as the stores have none.
+        index = {dim: np.arange(size) for dim, size in ds.sizes.items() if dim not in ds.coords}
+        bare.update(index)
+        pieces.append(ds.assign_coords(index).expand_dims("cell").assign_coords(
             {a: ("cell", [_plain(point.coords[a])]) for a in axes}))
     if not axes:
-        return pieces[0].isel(cell=0, drop=True)
+        return pieces[0].isel(cell=0, drop=True).drop_vars(bare)
     out = xr.concat(pieces, dim="cell", join="outer", coords="minimal", compat="override",
-                    combine_attrs="drop_conflicts")
+                    combine_attrs="drop_conflicts").drop_vars(bare)
     # A description naming each cell's threshold: joined, not dropped. A variable some cells lack (flat
     # geometry's norm_change, the sphere's norm_drift) is NaN in the others, described by those that have it.
     for name in out.variables:
