@@ -127,3 +127,15 @@ def test_initial_drive_bounds_the_time_to_one_half(attention):
             g0 = 1 / np.sqrt(d)
             exact = theory.equiangular_time(g0, 0.5, [0.7, 1.3], 1.0, n, attention)
             assert initial_drive_bound(attention, g0, 0.5, n, 1.0, [0.7, 1.3]) >= exact
+
+
+def test_the_equiangular_time_of_a_radius_beyond_float_range_is_infinite():
+    # Pre-LN and Peri-LN at beta = 16: the radius passes e^700 long before the level (log r grows like
+    # e^{beta lambda (1 - gamma)}), so the time, at least r / G over the rest of the way, is beyond float64:
+    # inf, where the quadrature overflowed and raised (paper.yaml's normalization summary failed).
+    lambdas = np.array([0.6, 1.0])
+    for geometry in ("pre_ln", "peri_ln"):
+        times = [theory.equiangular_scheme_time(0.05, 0.99, lambdas, beta, 6, geometry)
+                 for beta in (4.0, 8.0, 16.0)]
+        assert np.isfinite(times[:2]).all() and times[0] < times[1] and times[2] == np.inf, (geometry, times)
+    assert np.isfinite(theory.equiangular_scheme_time(0.05, 0.99, lambdas, 16.0, 6, "sphere"))

@@ -314,7 +314,21 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
         s = shape.speed(np.exp(y[0]), norm, ngpt_alpha)
         return [radial / rate if shape.radii else 0.0, 1.0 / (s * rate)]
 
-    sol = solve_ivp(rhs, (float(gamma0), float(gamma1)), [0.0, 0.0], method="DOP853", rtol=1e-13, atol=1e-15)
+    # At large beta the radius of pre_ln grows past float64's range before the level (log r ~ 1e6 at
+    # beta = 16): the time to the level, at least r / G over the rest of the way, is then beyond it too.
+    def beyond_range(gamma, y):
+        return _LOG_LARGEST_RADIUS - y[0]
+
+    beyond_range.terminal = True
+    with np.errstate(over="ignore", invalid="ignore"):  # a trial step past the range, rejected
+        sol = solve_ivp(rhs, (float(gamma0), float(gamma1)), [0.0, 0.0], method="DOP853", rtol=1e-13,
+                        atol=1e-15, events=beyond_range if shape.radii else None)
+    if shape.radii and sol.status == 1:
+        return float("inf")
     if not sol.success:
         raise RuntimeError(f"equiangular time ({shape.name}) failed: {sol.message}")
     return float(sol.y[1, -1])
+
+
+# log r past which a radius, and a time that grows with it, leaves float64 (e^700 ~ 1e304).
+_LOG_LARGEST_RADIUS = 700.0
