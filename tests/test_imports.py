@@ -1,44 +1,13 @@
 """The package's modules form no import cycle, function-level imports included, and each imports alone;
 job start-up loads no drawing library or scipy."""
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-SRC = Path(__file__).resolve().parents[1] / "src" / "attnflow"
-
-
-def _name(path: Path) -> str:
-    parts = path.relative_to(SRC.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {_name(p): p for p in sorted(SRC.rglob("*.py"))}
-
-
-def _imports(name: str) -> set[str]:
-    """The package's modules ``name`` imports anywhere in its source (top level or inside functions)."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else []))
-            candidates = [target, *(f"{target}.{alias.name}" for alias in node.names)]
-        elif isinstance(node, ast.Import):
-            candidates = [alias.name for alias in node.names]
-        else:
-            continue
-        for candidate in candidates:
-            while candidate and candidate not in MODULES:
-                candidate = candidate.rpartition(".")[0]
-            if candidate and candidate != name:
-                found.add(candidate)
-    return found
+from package_imports import MODULES
+from package_imports import imports as _imports
 
 
 def test_no_import_cycle():

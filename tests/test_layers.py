@@ -2,10 +2,8 @@
 the layers below it, function-level imports included (a lazy import made for start-up speed still ties
 the modules). An import that runs up is a failure unless ALLOWED names it, with its reason."""
 
-import ast
-from pathlib import Path
-
-SRC = Path(__file__).resolve().parents[1] / "src" / "attnflow"
+from package_imports import MODULES, SRC
+from package_imports import imports as _imports
 
 # Bottom to top. A name covers its submodules (``attnflow.engine`` covers ``attnflow.engine.dopri``).
 LAYERS = {
@@ -37,14 +35,6 @@ LAYERS = {
 ALLOWED: dict[tuple[str, str], str] = {}
 
 
-def _name(path: Path) -> str:
-    parts = path.relative_to(SRC.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {_name(p): p for p in sorted(SRC.rglob("*.py"))}
-
-
 def _layer(module: str) -> int:
     """The index of a module's layer: that of the longest name in LAYERS covering it."""
     best = None
@@ -56,34 +46,6 @@ def _layer(module: str) -> int:
                 best = (len(full), index)
     assert best is not None, f"{module} is in no layer: add it to LAYERS (and to docs/workflow.md)"
     return best[1]
-
-
-def _imports(module: str) -> set[str]:
-    """The package's modules ``module`` imports anywhere in its source. ``from X import a`` imports the
-    module ``X.a`` where there is one, else ``X``; the parent packages Python runs on the way are no edge
-    (every module runs the package root so)."""
-    path = MODULES[module]
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            targets = [f"{target}.{alias.name}" if f"{target}.{alias.name}" in MODULES else target
-                       for alias in node.names]
-        elif isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        else:
-            continue
-        for target in targets:
-            while target and target not in MODULES:
-                target = target.rpartition(".")[0]
-            if target and target != module:
-                found.add(target)
-    return found
 
 
 def upward_imports() -> dict[tuple[str, str], str]:
