@@ -213,7 +213,7 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     from .ids import cell_id
     from .metadata import with_coordinates
     from .pack import merged_attrs, split
-    from .store import load, open_members
+    from .store import load, open_groups
     from .versions import engine_staleness, store_versions, stored_engine, stored_engine_numerics
 
     sweep = load_sweep(configfile, results)
@@ -224,9 +224,8 @@ def open_cells(experiment: str, configfile: str | Path = DEFAULT_CONFIG, *, resu
     for path in dict.fromkeys(sweep.store_of(p.cell) for p in points):
         if path.exists():
             record, members = load(path, expect=store_versions())
-            for group in record["groups"]:
-                with open_members(members, group, chunks=None) as ds:
-                    cells.update(split(ds.load()))
+            for ds in open_groups(members, record["groups"], chunks=None):
+                cells.update(split(ds.load()))
     missing = [p.coords for p in points if cell_id(p.cell) not in cells]
     if missing:
         summary = sweep.layout.summary(experiment)

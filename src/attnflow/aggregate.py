@@ -34,7 +34,7 @@ from .experiments import Experiment
 from .names import describe_failures, seed_footer
 from .pack import CELL, cell_values, select
 from .spec import Spec
-from .store import CorruptStore, StaleStore, load, open_members, quarantine, record_of
+from .store import CorruptStore, StaleStore, load, open_groups, quarantine, record_of
 from .store import write as write_store
 from .version import __version__
 from .versions import recorded_engines, store_versions, summary_versions, verify_batch
@@ -81,20 +81,19 @@ def _reduce_store(experiment: Experiment, path: str, wanted: Sequence[tuple[dict
     for coords, cid in wanted:
         by_cell.setdefault(cid, []).append(coords)
     pieces = []
-    for group in record["groups"]:
-        with open_members(members, group, chunks=None) as ds:
-            ids = [cid for cid in ds[CELL].values.tolist() if cid in by_cell]
-            if not ids:
-                continue
-            rows = [(cid, coords) for cid in ids for coords in by_cell[cid]]
-            cells = select(ds, [cid for cid, _ in rows])
-            piece = _reduce_good_seeds(experiment, cells)
-            # A scalar coordinate left by a selection (``isel(time=0)``'s ``time = 0``) describes no axis.
-            piece = piece.drop_vars([name for name, coord in piece.coords.items() if coord.ndim == 0])
-            certificate = cell_values(cells, "certificate_error").values
-            seeds_failed = (cells.failed.sum("seed").values if "failed" in cells
-                            else np.zeros(len(rows), dtype=int))
-            failures = cell_values(cells, "seed_failures").values
+    for ds in open_groups(members, record["groups"], chunks=None):
+        ids = [cid for cid in ds[CELL].values.tolist() if cid in by_cell]
+        if not ids:
+            continue
+        rows = [(cid, coords) for cid in ids for coords in by_cell[cid]]
+        cells = select(ds, [cid for cid, _ in rows])
+        piece = _reduce_good_seeds(experiment, cells)
+        # A scalar coordinate left by a selection (``isel(time=0)``'s ``time = 0``) describes no axis.
+        piece = piece.drop_vars([name for name, coord in piece.coords.items() if coord.ndim == 0])
+        certificate = cell_values(cells, "certificate_error").values
+        seeds_failed = (cells.failed.sum("seed").values if "failed" in cells
+                        else np.zeros(len(rows), dtype=int))
+        failures = cell_values(cells, "seed_failures").values
         axes = list(rows[0][1])
         piece = piece.drop_vars(CELL).assign_coords(
             {a: (CELL, [coords[a] for _, coords in rows]) for a in axes})

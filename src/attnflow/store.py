@@ -26,7 +26,7 @@ import sys
 import time
 import uuid
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import xarray as xr
@@ -320,14 +320,31 @@ def _read_all(zf: zipfile.ZipFile, skip_damaged: bool) -> dict[str, bytes]:
     return members
 
 
-def open_members(members: Mapping[str, bytes], group: str = "", **kwargs) -> xr.Dataset:
-    """A group of a store already read into memory, opened by xarray (lazily, from memory)."""
+def _memory_store(members: Mapping[str, bytes]):
+    """A read-only zarr store over a store's members already read into memory."""
     import zarr
     from zarr.core.buffer import default_buffer_prototype
 
     wrap = default_buffer_prototype().buffer.from_bytes
-    memory = zarr.storage.MemoryStore(store_dict={k: wrap(v) for k, v in members.items()}, read_only=True)
-    return xr.open_zarr(memory, group=group or None, consolidated=True, **kwargs)
+    return zarr.storage.MemoryStore(store_dict={k: wrap(v) for k, v in members.items()}, read_only=True)
+
+
+def open_members(members: Mapping[str, bytes], group: str = "", **kwargs) -> xr.Dataset:
+    """A group of a store already read into memory, opened by xarray (lazily, from memory)."""
+    return xr.open_zarr(_memory_store(members), group=group or None, consolidated=True, **kwargs)
+
+
+def open_groups(members: Mapping[str, bytes], groups: Iterable[str], **kwargs) -> Iterator[xr.Dataset]:
+    """Each of ``groups`` of a store already read into memory, opened by xarray
+    (lazily, from memory) and closed when the next is asked for.
+
+    The members are wrapped once, and each group is opened from its own metadata: through the store's
+    consolidated metadata, every group parses the whole store's again (0.2 s a group in a store of 32;
+    measured), which made reading a store quadratic in its groups."""
+    memory = _memory_store(members)
+    for group in groups:
+        with xr.open_zarr(memory, group=group or None, consolidated=False, **kwargs) as ds:
+            yield ds
 
 
 def quarantine(path: str | Path) -> Path:
@@ -370,5 +387,5 @@ def open_verified(path: str | Path, expect: dict | None = None, group: str = "",
 
 
 __all__ = ["CorruptStore", "RECORD", "StaleStore", "StoreState", "check", "load", "move_aside",
-           "open_members", "open_verified", "read",
+           "open_groups", "open_members", "open_verified", "read",
            "partials", "quarantine", "read_members", "record_of", "root_attrs", "verify", "write"]

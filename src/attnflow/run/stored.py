@@ -24,7 +24,7 @@ def stored_cells(path: str | Path) -> dict[str, xr.Dataset]:
 def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
     """A batch's store read once, every byte checked: its state and its trusted cells."""
     from ..pack import split
-    from ..store import open_members, read
+    from ..store import open_groups, read
 
     state, record, members = read(path, expect=store_versions())
     layout_only = state.status == "stale" and _layout_only(record)
@@ -34,10 +34,9 @@ def _read_cells(path: str | Path) -> tuple[StoreState, dict[str, xr.Dataset]]:
     elif state.status not in ("done", "corrupt") or "" in state.damaged:  # "": the root's metadata
         return state, {}
     cells = {}
-    for group in record.get("groups", []):
-        if group not in state.damaged:
-            with open_members(members, group, chunks=None) as ds:
-                cells.update(split(ds.load()))
+    intact = [group for group in record.get("groups", []) if group not in state.damaged]
+    for ds in open_groups(members, intact, chunks=None):
+        cells.update(split(ds.load()))
     if layout_only:
         cells = {cid: _renamed_norm(ds) for cid, ds in cells.items()}
     return state, cells
