@@ -11,7 +11,17 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from attnflow.store import RECORD, CorruptStore, open_verified, partials, record_of, verify, write
+from attnflow.store import (
+    RECORD,
+    CorruptStore,
+    load,
+    open_groups,
+    open_verified,
+    partials,
+    record_of,
+    verify,
+    write,
+)
 
 
 def _dataset(value=1.0):
@@ -84,6 +94,20 @@ def test_truncated_flipped_and_rewritten_stores_are_named(tmp_path):
             assert state.detail == "not a readable zip file: File is not a zip file", state
         with pytest.raises(CorruptStore, match=f"{damage}.zarr.zip: corrupt"):
             open_verified(path)
+
+
+def test_groups_opened_together_are_those_opened_one_by_one(tmp_path):
+    """open_groups reads each group from its own metadata (not the store's consolidated metadata, which
+    every group would parse again): the same datasets as open_verified gives group by group."""
+    path = tmp_path / "a.zarr.zip"
+    groups = {f"g{k}": _dataset(k + 1.0).assign_attrs(cell_n=k) for k in range(3)}
+    write(groups, path)
+    _, members = load(path)
+    opened = [ds.load() for ds in open_groups(members, ["g2", "g0"], chunks=None)]
+    for ds, name in zip(opened, ["g2", "g0"], strict=True):
+        with open_verified(path, group=name) as one:
+            xr.testing.assert_identical(ds, one.load())
+        xr.testing.assert_equal(ds, groups[name])
 
 
 def test_a_damaged_group_is_named_and_the_others_stay_readable(tmp_path):
