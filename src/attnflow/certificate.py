@@ -33,7 +33,7 @@ CERTIFICATE_LOOSER = 10.0
 CERTIFICATE_TIGHTER = 100.0
 CERTIFICATE_SAFETY = 2.0
 # The looser companion needs room below rtol = 1: a smooth cell with rtol above this gets the tighter one.
-_LOOSEST_COMPANION_RTOL = 1e-2
+LOOSEST_COMPANION_RTOL = 1e-2
 # A variable's scale, per seed, is max |value| over that seed's samples in the more accurate run, floored
 # here, so a variable that is zero throughout (up to round-off) does not divide by zero.
 CERTIFICATE_SCALE_FLOOR = 1e-12
@@ -108,7 +108,7 @@ def certify_seeds(cell, result, problem: Problem, times, skip=None) -> tuple[dic
     whatever the accuracy.
     """
     smooth = ATTENTIONS.get(cell.attention).smooth
-    looser = smooth and cell.rtol * CERTIFICATE_LOOSER <= _LOOSEST_COMPANION_RTOL
+    looser = smooth and cell.rtol * CERTIFICATE_LOOSER <= LOOSEST_COMPANION_RTOL
     measured = _has_samples(result.variables) & (True if skip is None else ~np.asarray(skip, dtype=bool))
     errors = np.full(cell.n_seeds, np.nan)
     variable = np.full(cell.n_seeds, "", dtype=object)  # per seed, the variable its certificate comes from

@@ -41,47 +41,47 @@ import os
 from pathlib import Path
 
 from . import resources
+from .attention import ATTENTIONS
+from .certificate import CERTIFICATE_LOOSER, CERTIFICATE_TIGHTER, LOOSEST_COMPANION_RTOL
 from .ids import cell_id
 from .sweep import Sweep
 
-# Measured on the tiny config's jobs (2 cores, kernels cached): a simulate job whose
-# cells take milliseconds runs 1.6-1.9 s (interpreter, imports, cached kernels loaded,
-# stores encoded and written, manifest).
-JOB_START_SECONDS = 2.0
+# A simulate job's time outside simulate() (interpreter, imports, cached kernels loaded, stores encoded
+# and written, manifest): 3.9-4.0 s a job on average over the default config's 22 and config/paper.yaml's
+# 69 (2-core AMD EPYC, AVX2; benchmarks/bench_workflow.py).
+JOB_START_SECONDS = 4.0
 # resources.cell_seconds over the measured CPU time of a cell's stored run: its field evaluations are
 # CALLS_OVER_MEASURED as many as the engine's (below), and its price per evaluation a ceiling
-# (resources.SECONDS_PER_CALL, FLOPS_PER_SECOND) about 3.8x what the engine takes now. Set so that the plan of
-# config/paper.yaml (50 jobs, numba's cache warm, 2 cores) gives the 464 s it took on a quiet 2-core Xeon
-# before issue 49 (CERTIFICATE_OVER_RUN 0.72 then); benchmarks/bench_workflow.py prints the plan's expected
-# time of every experiment against its measured compute, to set it again. (18 before: fitted when the
-# certificate ran two seeds a cell, without the stability bound, which metastability's cells need.)
-MODEL_OVER_CPU = 69.0
+# (resources.SECONDS_PER_CALL, FLOPS_PER_SECOND) above what the engine takes. Fitted on a 2-core AMD EPYC
+# (AVX2) with the certificate priced by its route (certificate_over_run), between the two configs'
+# measured compute (benchmarks/bench_workflow.py, which prints the plan's expected time of every
+# experiment against the measured, to set it again): 18.3 would fit the default config's 299 s, 23.7
+# config/paper.yaml's 3973 s; at 21 the plan is 11% short of one and 12% long of the other. (69 before,
+# fitted on a Xeon with AVX-512 before the certificate's tighter companions; 18 before that.)
+MODEL_OVER_CPU = 21.0
 # The model's field evaluations (resources.calls) over those the engine made, weighted by cost over
 # config/paper.yaml's cells (benchmarks/bench_plan.py: 48 measured, two seeds each): 18.2 (6x for
 # clustering_time to 31x for trained heads; 0.2x for metastability's long horizons, before
 # resources.stable_steps).
 CALLS_OVER_MEASURED = 18.2
-# The accuracy certificate's companion run (simulation.py: every seed integrated a second time) over the
-# stored run, in CPU time, weighted by cost over config/paper.yaml's cells (measured on 48 of them, two seeds
-# each, certify on and off in one process): 0.72. A smooth cell's companion is cheaper than its run, relu's
-# tighter one dearer (1.9x at clustering_time's relu cells). Measure it again when the certificate changes
-# (benchmarks/bench_plan.py).
-CERTIFICATE_OVER_RUN = 0.72
+# The accuracy certificate's companion runs over the stored run are priced by their route
+# (``certificate_over_run``), in field evaluations: their price per evaluation is the stored run's.
 # A cell expected to exhaust its step budget (resources.exhausts_budget) takes exactly that many steps
 # per seed: its model is an upper estimate only in its cost per field evaluation, SECONDS_PER_CALL
 # against the measured fixed cost (its stiff cells are small fields, where that cost dominates).
 BUDGET_OVER_CPU = resources.SECONDS_PER_CALL / resources.MEASURED_SECONDS_PER_CALL
 # Compiling the engine where numba's cache is empty (resources.STARTUP_SECONDS
 # allows for it in every request), once per node and cache: measured 24 s on a Skylake-X, 38-42 s on
-# an AMD Zen 4 with numba 0.68 since the tiles were retired (docs/performance.md). The plan allows for the
-# slower machine.
-COMPILE_SECONDS = 40.0
+# an AMD Zen 4 and 46-48 s on a 2-core AMD EPYC (AVX2) with numba 0.68 (docs/performance.md). The plan
+# allows for the slowest.
+COMPILE_SECONDS = 48.0
 # resources.gpu_compute_seconds over diffrax measured on one H200 (issue 40; H = 4 dense heads, float64,
 # compilation excluded): 13x at n = 128 (8 seeds), 16x at n = 512 (64 seeds), 18x at n = 2048 (16 seeds).
 # The smallest, so that a plan on another GPU errs long.
 GPU_MODEL_OVER_MEASURED = 13.0
-# Measured on the tiny config: aggregating an experiment 2-15 s, plotting it 2-15 s.
-LOCAL_SECONDS = {"aggregate": 8.0, "plot": 8.0}
+# Measured per job over the default config and config/paper.yaml (2-core AMD EPYC): aggregating an
+# experiment 3-22 s (8 on average), drawing a figure 7-12 s (9 on average).
+LOCAL_SECONDS = {"aggregate": 8.0, "plot": 9.0}
 # The simulate rule's threads (workflow/rules/simulate.smk), unless a profile sets them.
 SIMULATE_THREADS = 1
 STATES = ("new", "done", "failed", "stale")
@@ -129,17 +129,39 @@ def gpu_seconds(cell) -> float:
     return resources.GPU_COMPILE_SECONDS + resources.gpu_compute_seconds(cell) / GPU_MODEL_OVER_MEASURED
 
 
+def certificate_over_run(cell) -> float:
+    """The field evaluations of a cell's accuracy certificate over its stored run's (``certificate``).
+
+    A companion takes (its tolerance over the cell's)^(-1/5) as many steps where accuracy sizes them
+    (0.63x looser, 2.5x tighter), and measures every sample again. A smooth field gets the looser one;
+    relu, or an rtol that leaves it no room, the tighter one. Where stability sizes the steps
+    (``resources.stable_steps`` above the accuracy model's), neither companion's steps move, and a smooth
+    field's seeds run both. The steps are the engine's: the model's over ``STEPS_OVER_MEASURED``.
+    """
+    accuracy = resources.steps(cell) / resources.STEPS_OVER_MEASURED
+    stable = resources.stable_steps(cell)
+    steps = max(accuracy, stable)
+    samples = resources.calls(cell) - 6.0 * resources.steps(cell)  # and the two evaluations to start
+    smooth = ATTENTIONS.get(cell.attention).smooth
+    looser = smooth and cell.rtol * CERTIFICATE_LOOSER <= LOOSEST_COMPANION_RTOL
+    if stable > accuracy:
+        ratios = (1.0, 1.0) if looser else (1.0,)
+    else:
+        ratios = (CERTIFICATE_LOOSER ** -0.2,) if looser else (CERTIFICATE_TIGHTER ** 0.2,)
+    return sum(6.0 * steps * ratio + samples for ratio in ratios) / (6.0 * steps + samples)
+
+
 def cell_expected_cpu(cell) -> float:
     """What one cell should take on the numba engine, one thread: its stored run (the accuracy model
     scaled to the measured, or the steps stability asks at the measured cost of a field evaluation,
-    whichever is larger) and its certificate's companion run. A cell expected to exhaust its step
-    budget takes the budget per seed, and certifies nothing (its seeds fail)."""
+    whichever is larger) and its certificate's companion runs (``certificate_over_run``). A cell expected
+    to exhaust its step budget takes the budget per seed, and certifies nothing (its seeds fail)."""
     if resources.exhausts_budget(cell):
         return resources.cell_seconds(cell) / BUDGET_OVER_CPU
     model = resources.cell_seconds(cell)
     # The stable steps are a count, not an upper estimate: in the model's units, CALLS_OVER_MEASURED as many.
     stable = model * CALLS_OVER_MEASURED * resources.stable_steps(cell) / resources.steps(cell)
-    return max(model, stable) / MODEL_OVER_CPU * (1.0 + CERTIFICATE_OVER_RUN)
+    return max(model, stable) / MODEL_OVER_CPU * (1.0 + certificate_over_run(cell))
 
 
 def expected_seconds(cells, threads: int, gpu: bool = False) -> float:
@@ -354,8 +376,8 @@ def to_json(result: Plan) -> str:
     return json.dumps(dataclasses.asdict(result), indent=1)
 
 
-__all__ = ["CALLS_OVER_MEASURED", "CERTIFICATE_OVER_RUN", "COMPILE_SECONDS", "GPU_MODEL_OVER_MEASURED",
+__all__ = ["CALLS_OVER_MEASURED", "COMPILE_SECONDS", "GPU_MODEL_OVER_MEASURED",
            "JOB_START_SECONDS", "MANY_JOBS", "MODEL_OVER_CPU", "Job", "Plan", "cell_expected_cpu",
-           "cell_states", "engine_cached", "expected_seconds", "gpu_notes", "gpu_seconds", "jobs",
-           "jobs_get_gpus", "makespan", "makespan_beside_gpus", "plan", "render",
+           "certificate_over_run", "cell_states", "engine_cached", "expected_seconds", "gpu_notes",
+           "gpu_seconds", "jobs", "jobs_get_gpus", "makespan", "makespan_beside_gpus", "plan", "render",
            "stiff_notes", "to_json"]
