@@ -220,3 +220,26 @@ def test_samples_measured_in_chunks_agree_with_all_at_once(monkeypatch):
         else:
             np.testing.assert_allclose(chunked.variables[name], value, rtol=0,
                                        atol=1e-13 * (1.0 + np.nanmax(np.abs(value))), err_msg=name)
+
+
+def test_both_engines_take_no_step_longer_than_max_step():
+    """Controller.max_step (the certificate's capped companion): a loose tolerance would take a few long
+    steps; capped, every step is at most the cap, so the accepted steps cover [0, t] in at least t / cap,
+    on both engines, and the capped runs agree with each other."""
+    from attnflow import Cell
+    from attnflow.heads import head_matrices
+    from attnflow.tokens import initial_tokens
+
+    cell = Cell(n=4, d=4, H=2, seeds=2, heads="random", t_max=4.0, n_samples=5)
+    problem = Problem(initial_tokens(cell, cell.seeds), Heads(head_matrices(cell, cell.seeds).score_matrices),
+                      "softmax", 1.0)
+    saveat = SaveAt(np.linspace(0.0, 4.0, 5), ("cosines",))
+    cap = 0.05
+    runs = {}
+    for name, solve in (("numba", engine.solve), ("jax", jaxengine.solve)):
+        free = solve(problem, Controller(1e-4, 1e-7, 10_000), saveat)
+        capped = solve(problem, Controller(1e-4, 1e-7, 10_000, max_step=cap), saveat)
+        assert np.all(free.n_steps < 4.0 / cap / 2), (name, free.n_steps)  # the cap binds
+        assert np.all(capped.n_steps >= 4.0 / cap), (name, capped.n_steps)
+        runs[name] = capped.variables["gamma_mean"]
+    np.testing.assert_allclose(runs["jax"], runs["numba"], rtol=0, atol=1e-6)

@@ -155,10 +155,10 @@ def test_long_horizons_are_priced_by_the_steps_stability_asks():
 @pytest.mark.parametrize("fields", [
     dict(attention="softmax"),  # the looser companion: 0.63 of the steps, every sample again
     dict(attention="relu"),  # the tighter one: 2.5 times the steps
-    # stability sizes the steps of a long horizon: the looser companion's do not move, the tighter one runs
+    # stability sizes the steps of a long horizon: the capped companion alone
     dict(attention="softmax", heads="scalar", H=1, n=16, d=2, init="uniform", t_max=3000.0, n_samples=2,
          rtol=1e-8, atol=1e-11),
-], ids=["looser", "tighter", "both"])
+], ids=["looser", "tighter", "capped"])
 def test_the_certificate_is_priced_by_its_route(fields):
     """plan.certificate_over_run against the field evaluations the certificate's companions made over the
     stored run's. Within 1.3x: the model counts steps from the accuracy model (or the stability bound),

@@ -3,10 +3,12 @@ seeds and the deviation of their recorded variables from the stored run's."""
 
 from __future__ import annotations
 
+import dataclasses
 from enum import IntEnum
 
 import numpy as np
 
+from . import resources
 from .attention import ATTENTIONS
 from .cell import INT64_MAX, MIN_RTOL
 from .contract import Controller, Problem
@@ -47,6 +49,16 @@ _CERTIFICATE_STEP_FACTOR = 4
 # seed it certified, tests/test_certificate.py); one that takes the stored run's steps computes its numbers.
 _STEPS_MOVED_LOOSER = 0.5
 _STEPS_MOVED_TIGHTER = 0.05
+# Where neither companion's steps followed its tolerance (stability sizes the stored run's steps), the capped
+# companion: the tighter tolerance, and no step longer than CERTIFICATE_CAP times the seed's mean step
+# (seeds grouped by caps a factor sqrt 2 apart: one run a group, each seed's cap 0.35-0.5 of its mean).
+# Where the stored run's steps sit at the edge of the method's stability region, its steps sit well
+# inside, and where accuracy sizes them, its error test is 100 times tighter: its error is then far below
+# the stored run's, and CERTIFICATE_SAFETY times their deviation bounds the stored error wherever its own
+# is at most half of it (measured: certificate / true error 1.97-2.0 on config/paper.yaml's metastability
+# cells at t_max 30,000, where no other companion certified a seed; tests/test_certificate.py). A cell the
+# cost model says stability sizes (resources.stability_sized) gets it alone: the others' steps cannot move.
+CERTIFICATE_CAP = 0.5
 # Where two runs differ by this much of a variable's largest value, the error no longer follows the
 # tolerance (it saturates at the size of the variable): measured, a looser companion then read 2.7x under a
 # seed's error (usa, beta 6, rtol 1e-3). Such a seed is uncertified; the cell is far above CERTIFICATE_BOUND.
@@ -55,7 +67,7 @@ CERTIFICATE_SATURATION = 0.1
 
 class Certified(IntEnum):
     """How a seed's certificate was obtained, or why it has none (the stored ``certificate_flag``; CF
-    ``flag_values``/``flag_meanings``). Every seed not ``LOOSER`` or ``TIGHTER`` stores NaN."""
+    ``flag_values``/``flag_meanings``). Every seed not ``LOOSER``, ``TIGHTER`` or ``CAPPED`` stores NaN."""
 
     FAILED_SEED = 0  # the seed's own run failed: nothing to certify
     LOOSER = 1  # the deviation from a looser run whose steps followed the tolerance
@@ -64,6 +76,7 @@ class Certified(IntEnum):
     COMPANION_FAILED = 4  # the tighter companion run failed (step budget, step-size underflow)
     NO_TIGHTER_TOLERANCE = 5  # rtol too close to MIN_RTOL for a measurably tighter run
     SATURATED = 6  # the runs differ by more than CERTIFICATE_SATURATION of a variable's scale
+    CAPPED = 7  # CERTIFICATE_SAFETY times the deviation from a tighter run with capped steps
 
 
 def _steps_per_time(result, times) -> np.ndarray:
@@ -95,6 +108,45 @@ def _companion(cell, problem, seeds, times, result, looser: bool):
     return companion, rtol, moved & ~failed, failed
 
 
+def _capped(cell, problem, seeds, times, result):
+    """The capped companion runs of ``seeds`` (``CERTIFICATE_CAP``): (a result per seed's row, assembled
+    from one run a group of seeds with the same cap, its rtol, per seed whether it failed)."""
+    rtol, atol = max(cell.rtol / CERTIFICATE_TIGHTER, MIN_RTOL), cell.atol / CERTIFICATE_TIGHTER
+    max_steps = min(_CERTIFICATE_STEP_FACTOR * cell.max_steps, INT64_MAX)
+    cap = CERTIFICATE_CAP / _steps_per_time(result, times)[seeds]
+    # Caps a factor sqrt 2 apart share a run (each seed's at most its own).
+    level = np.floor(2.0 * np.log2(cap))
+    parts = []
+    for value in np.unique(level):
+        group = np.flatnonzero(level == value)
+        rows = problem.rows(seeds[group])
+        run = integrate(cell, rows, times, Controller(rtol, atol, max_steps, max_step=2.0 ** (value / 2)),
+                        strict=False)
+        parts.append((group, run))
+    companion = _assemble(parts, seeds.size)
+    return companion, rtol, companion.status != 0
+
+
+def _assemble(parts, size):
+    """One result of ``size`` rows from ``(rows, result)`` parts (the capped companion's groups)."""
+    first = parts[0][1]
+
+    def gather(get):
+        out = None
+        for rows, run in parts:
+            value = np.asarray(get(run))
+            if out is None:
+                out = np.empty((size,) + value.shape[1:], dtype=value.dtype)
+            out[rows] = value
+        return out
+
+    return dataclasses.replace(
+        first, variables={name: gather(lambda r, k=name: r.variables[k]) for name in first.variables},
+        **{field: gather(lambda r, f=field: getattr(r, f))
+           for field in ("n_steps", "n_rejected", "n_rhs_calls", "t_cluster", "norm_drift", "max_retraction",
+                         "t_stop", "status")})
+
+
 def certify_seeds(cell, result, problem: Problem, times, skip=None) -> tuple[dict, dict]:
     """The accuracy certificate of every seed (see ``simulate`` and the constants above).
 
@@ -102,56 +154,75 @@ def certify_seeds(cell, result, problem: Problem, times, skip=None) -> tuple[dic
     (``Certified``). Seeds in ``skip`` (a boolean per seed: failed runs) and seeds with no finite
     recorded sample are not integrated again and certify nothing (NaN). A smooth field's seeds get a
     looser companion; those whose steps did not follow its tolerance, and every relu seed, a tighter one;
-    a seed whose tighter companion's steps did not follow it either, or whose companion failed, is
-    uncertified (NaN, and ``certificate_flag`` says why), as is the cell's ``certificate_error``.
+    those whose steps did not follow that either, the capped one (``CERTIFICATE_CAP``), which is all a
+    cell gets where the cost model says stability sizes its steps. A seed whose companion failed, or
+    whose capped companion's steps did not move either, is uncertified (NaN, and ``certificate_flag``
+    says why), as is the cell's ``certificate_error``.
     Integer variables (the cluster count) are left out: a count flips when a pair sits at the threshold,
     whatever the accuracy.
     """
     smooth = ATTENTIONS.get(cell.attention).smooth
     looser = smooth and cell.rtol * CERTIFICATE_LOOSER <= LOOSEST_COMPANION_RTOL
+    if resources.stability_sized(cell):
+        routes = ("capped",)  # the other companions' steps could not move
+    else:
+        routes = ("looser", "tighter", "capped") if looser else ("tighter", "capped")
     measured = _has_samples(result.variables) & (True if skip is None else ~np.asarray(skip, dtype=bool))
     errors = np.full(cell.n_seeds, np.nan)
     variable = np.full(cell.n_seeds, "", dtype=object)  # per seed, the variable its certificate comes from
     flags = np.full(cell.n_seeds, Certified.FAILED_SEED, dtype=np.int8)
-    out = {"certificate_route": "looser" if looser else "tighter", "certificate_seeds": int(measured.sum()),
+    out = {"certificate_route": routes[0], "certificate_seeds": int(measured.sum()),
            "certificate_rhs_calls": 0}
     reasons = {}
     pending = np.flatnonzero(measured)
     certified = {v.name for v in variables(cell.observables) if v.certified and v.dtype.startswith("float")}
-    for route in ((True, False) if looser else (False,)):
+    no_room = max(cell.rtol / CERTIFICATE_TIGHTER, MIN_RTOL) > cell.rtol / CERTIFICATE_LOOSER
+    for route in routes:
         if not pending.size:
             break
-        if not route and max(cell.rtol / CERTIFICATE_TIGHTER, MIN_RTOL) > cell.rtol / CERTIFICATE_LOOSER:
+        if route != "looser" and no_room:
             # MIN_RTOL leaves no measurably better run
             flags[pending] = Certified.NO_TIGHTER_TOLERANCE
             reasons[Certified.NO_TIGHTER_TOLERANCE] = f"rtol {cell.rtol:g}: no tighter run above {MIN_RTOL:g}"
             break
-        companion, rtol, moved, failed = _companion(cell, problem, pending, times, result, route)
-        out["certificate_looser_rtol" if route else "certificate_tighter_rtol"] = rtol
+        if route == "capped":
+            companion, rtol, failed = _capped(cell, problem, pending, times, result)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = _steps_per_time(companion, times) / _steps_per_time(result, times)[pending]
+            moved = (ratio >= 0.95 / CERTIFICATE_CAP) & ~failed
+        else:
+            companion, rtol, moved, failed = _companion(cell, problem, pending, times, result,
+                                                        route == "looser")
+        out[f"certificate_{route}_rtol"] = rtol
         out["certificate_rhs_calls"] += int(companion.n_rhs_calls.sum())
         done = pending[moved]
         if done.size:
-            errors[done], variable[done] = _deviations(result, companion, moved, done, route, certified)
-        flags[done] = Certified.LOOSER if route else Certified.TIGHTER
+            errors[done], variable[done] = _deviations(result, companion, moved, done, route == "looser",
+                                                       certified)
+        flags[done] = {"looser": Certified.LOOSER, "tighter": Certified.TIGHTER,
+                       "capped": Certified.CAPPED}[route]
         saturated = done[errors[done] > CERTIFICATE_SATURATION]
         if saturated.size:
             flags[saturated], errors[saturated] = Certified.SATURATED, np.nan
             reasons[Certified.SATURATED] = (f"runs differ by more than {CERTIFICATE_SATURATION:g} of a "
                                             "variable's scale, where errors stop following the tolerance")
-        if not route:  # the last companion: what it did not certify is uncertified
-            for kind, which, reason in (
-                    (Certified.STEPS_IGNORE_TOLERANCE, ~moved & ~failed,
-                     "steps did not follow the tolerance (stability-limited): no companion measures the "
-                     "error"),
-                    (Certified.COMPANION_FAILED, failed, "its companion run failed (step budget or step-size "
-                                                         "underflow)")):
-                flags[pending[which]] = kind
-                if which.any():
+        if route != "looser":  # a failed companion is final; the capped one is the last
+            which = failed if route == "tighter" else failed | ~moved
+            kinds = [(Certified.COMPANION_FAILED, failed, "its companion run failed (step budget or "
+                                                          "step-size underflow)")]
+            if route == "capped":
+                kinds.append((Certified.STEPS_IGNORE_TOLERANCE, ~moved & ~failed,
+                              "steps did not follow the tolerance nor the cap: no companion measures the "
+                              "error"))
+            for kind, where, reason in kinds:
+                flags[pending[where]] = kind
+                if where.any():
                     reasons[kind] = reason
-        pending = pending[~moved]  # a failed looser companion: the tighter one may still certify
-    out["certificate_rtol"] = out.get("certificate_looser_rtol" if looser else "certificate_tighter_rtol",
-                                      float("nan"))
-    certified = np.isin(flags, (Certified.LOOSER, Certified.TIGHTER))
+            pending = pending[~moved & ~which]
+        else:
+            pending = pending[~moved]  # a failed looser companion: the tighter one may still certify
+    out["certificate_rtol"] = out.get(f"certificate_{routes[0]}_rtol", float("nan"))
+    certified = np.isin(flags, (Certified.LOOSER, Certified.TIGHTER, Certified.CAPPED))
     uncertified = measured & ~certified
     out["certificate_uncertified"] = int(uncertified.sum())
     per_seed = _per_seed_variables(errors, flags)

@@ -264,18 +264,22 @@ class Problem:
 class Controller:
     """The step-size control: ``rtol`` and ``atol`` of the error control, and ``max_steps``, accepted and
     rejected steps per trajectory; ``fixed_step``: steps of that size with no error control
-    (convergence tests; the tolerances are then not read)."""
+    (convergence tests; the tolerances are then not read); ``max_step``: no step longer than this (the
+    certificate's capped companion, ``certificate.py``)."""
 
     rtol: float
     atol: float
     max_steps: int
     fixed_step: float | None = None
+    max_step: float | None = None
 
     def __post_init__(self):
         if self.fixed_step is None and not (0.0 < self.rtol < 1.0 and self.atol > 0.0):
             raise ValueError(f"rtol = {self.rtol!r}, atol = {self.atol!r}: need 0 < rtol < 1 and atol > 0")
         if self.fixed_step is not None and not self.fixed_step > 0.0:
             raise ValueError(f"fixed_step = {self.fixed_step!r}: need a step > 0")
+        if self.max_step is not None and not self.max_step > 0.0:
+            raise ValueError(f"max_step = {self.max_step!r}: need a step > 0")
         if int(self.max_steps) < 1:
             raise ValueError(f"max_steps = {self.max_steps!r}: need at least 1")
         object.__setattr__(self, "max_steps", int(self.max_steps))

@@ -37,7 +37,13 @@ CERTIFICATE_BOUND = 1e-4
 #    whose tighter companion's did not either, whose runs differ by more than 10% of a variable, or whose
 #    companion failed, is uncertified (certificate_error NaN, and the cell's; the new per-seed
 #    certificate_flag says why) instead of a number below its error. The integrated numbers are unchanged.
-NUMERICS_VERSION = 5
+# 6: the capped companion (issue 49): a seed whose tighter companion's steps did not follow its tolerance
+#    either gets a third, the tighter tolerance with every step at most half the seed's mean step, and is
+#    certified by it (certificate_flag capped) instead of stored uncertified; a cell the cost model expects
+#    stability to size (resources.stability_sized: config/paper.yaml's metastability cells) gets the
+#    capped companion alone. Certificates move (NaN to numbers, and those cells' routes); the integrated
+#    numbers are unchanged.
+NUMERICS_VERSION = 6
 # Each engine's own numbers, beside NUMERICS_VERSION (which covers what the engines share, and makes
 # every store stale): a change that moves one engine's numbers only bumps its entry, and only the cells
 # that engine computed are computed again. A cell records its engine's entry (``engine_numerics``); a

@@ -66,6 +66,9 @@ MODEL_OVER_CPU = 21.0
 CALLS_OVER_MEASURED = 18.2
 # The accuracy certificate's companion runs over the stored run are priced by their route
 # (``certificate_over_run``), in field evaluations: their price per evaluation is the stored run's.
+# The capped companion's steps over the stored run's, where stability sizes them: each seed's cap is 0.35-0.5
+# of its mean step (certificate.CERTIFICATE_CAP), 2-2.8x the steps.
+CAPPED_STEPS = 2.4
 # A cell expected to exhaust its step budget (resources.exhausts_budget) takes exactly that many steps
 # per seed: its model is an upper estimate only in its cost per field evaluation, SECONDS_PER_CALL
 # against the measured fixed cost (its stiff cells are small fields, where that cost dominates).
@@ -135,8 +138,8 @@ def certificate_over_run(cell) -> float:
     A companion takes (its tolerance over the cell's)^(-1/5) as many steps where accuracy sizes them
     (0.63x looser, 2.5x tighter), and measures every sample again. A smooth field gets the looser one;
     relu, or an rtol that leaves it no room, the tighter one. Where stability sizes the steps
-    (``resources.stable_steps`` above the accuracy model's), neither companion's steps move, and a smooth
-    field's seeds run both. The steps are the engine's: the model's over ``STEPS_OVER_MEASURED``.
+    (``resources.stability_sized``), the capped one alone, its steps ``CAPPED_STEPS`` times the stored
+    run's. The steps are the engine's: the model's over ``STEPS_OVER_MEASURED``.
     """
     accuracy = resources.steps(cell) / resources.STEPS_OVER_MEASURED
     stable = resources.stable_steps(cell)
@@ -144,11 +147,11 @@ def certificate_over_run(cell) -> float:
     samples = resources.calls(cell) - 6.0 * resources.steps(cell)  # and the two evaluations to start
     smooth = ATTENTIONS.get(cell.attention).smooth
     looser = smooth and cell.rtol * CERTIFICATE_LOOSER <= LOOSEST_COMPANION_RTOL
-    if stable > accuracy:
-        ratios = (1.0, 1.0) if looser else (1.0,)
+    if resources.stability_sized(cell):
+        ratio = CAPPED_STEPS
     else:
-        ratios = (CERTIFICATE_LOOSER ** -0.2,) if looser else (CERTIFICATE_TIGHTER ** 0.2,)
-    return sum(6.0 * steps * ratio + samples for ratio in ratios) / (6.0 * steps + samples)
+        ratio = CERTIFICATE_LOOSER ** -0.2 if looser else CERTIFICATE_TIGHTER ** 0.2
+    return (6.0 * steps * ratio + samples) / (6.0 * steps + samples)
 
 
 def cell_expected_cpu(cell) -> float:

@@ -221,6 +221,12 @@ def stable_steps(cell: Cell) -> float:
     return STABLE_STEPS_PER_TIME * cell.t_max * cell.max_score_matrix_norm
 
 
+def stability_sized(cell: Cell) -> bool:
+    """Whether stability rather than accuracy is expected to size the cell's steps: the steps it asks of
+    the whole horizon exceed the accuracy model's, scaled to the engine's (``STEPS_OVER_MEASURED``)."""
+    return stable_steps(cell) > steps(cell) / STEPS_OVER_MEASURED
+
+
 def steps(cell: Cell) -> float:
     """An upper estimate of a trajectory's accepted steps.
 

@@ -78,7 +78,7 @@ def simulate(
     certify : bool
         Record the accuracy certificate (default): every seed integrated a second time, at a looser
         tolerance for a smooth field and a tighter one for relu or where the steps did not follow the
-        tolerance, see ``certificate_error``.
+        tolerance, its steps capped where stability sizes them; see ``certificate_error``.
 
     Returns
     -------

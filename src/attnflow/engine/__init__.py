@@ -248,7 +248,8 @@ def solve(problem: Problem, controller: Controller, saveat: SaveAt, event: Clust
     stats = Stats(np.zeros((B, 4), dtype=np.int64), np.zeros((B, 4)))
     fixed_step = controller.fixed_step
     control = Control(float(controller.rtol), float(controller.atol), controller.max_steps,
-                      0.0 if fixed_step is None else float(fixed_step))
+                      0.0 if fixed_step is None else float(fixed_step),
+                      np.inf if controller.max_step is None else float(controller.max_step))
     criterion = Criterion(int(METRICS[event.metric.name]), float(event.threshold), saveat.level,
                           bool(event.stop), flow.radii)
     with loaded_blas().limit(limits=1):

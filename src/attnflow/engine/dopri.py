@@ -42,8 +42,9 @@ T_STOP, T_CLUSTER, RETRACTION, DRIFT = 0, 1, 2, 3
 # The loop's plumbing travels in small records (built by ``attnflow.engine``):
 # the method, a tableau's arrays (``attnflow.tableau``); ``poly`` its dense output
 Method = namedtuple("Method", "a b e poly error_order fsal")
-# step control: tolerances, the step budget, and a fixed step (> 0: no error control)
-Control = namedtuple("Control", "rtol atol max_steps fixed_step")
+# step control: tolerances, the step budget, a fixed step (> 0: no error control), the longest step (inf:
+# none)
+Control = namedtuple("Control", "rtol atol max_steps fixed_step max_step")
 # the clustering criterion (``Metric``, threshold), the cluster-count level, whether to stop there, and
 # whether it reads the directions of a state with radii (``Flow.radii``)
 Criterion = namedtuple("Criterion", "metric threshold level stop radii")
@@ -169,6 +170,7 @@ def solve_one(b, x0, hd, flow, beta, t_eval, method, control, criterion, samplin
     t = t_first
     last_rejected = False
     while next_sample < t_eval.size:
+        h = min(h, control.max_step)
         # Never leave a sliver of the interval that would need a round-off-sized step.
         if (t_end - t) - h < 100.0 * _EPS * max(abs(t_end), 1.0):
             h = t_end - t

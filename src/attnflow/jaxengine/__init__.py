@@ -176,6 +176,7 @@ def solve(problem: Problem, controller: Controller, saveat: SaveAt, event: Clust
                   kind.energy, kind.entropy, groups,
                   any(g.needs_velocity or g.needs_scores for g in declared), event.metric.name,
                   bool(event.stop), controller.max_steps, None if fixed_step is None else float(fixed_step),
+                  None if controller.max_step is None else float(controller.max_step),
                   tuple(None if a is None or a.shape[0] == 1 else 0 for a in heads))
     # shared arrays (a leading axis of 1) enter every trajectory whole
     heads = type(heads)(*(a if a is None or a.shape[0] != 1 else a[0] for a in heads))

@@ -79,6 +79,7 @@ class Rules(NamedTuple):
     stop: bool
     max_steps: int
     fixed_step: float | None
+    max_step: float | None  # no step longer (diffrax's dtmax)
     head_axes: tuple  # per TrajectoryHeads array: 0 (one per trajectory) or None (shared, or absent)
 
 
@@ -166,7 +167,7 @@ def _integrate(rules: Rules, tol: Tolerances, x0, heads, beta, t0, t1, ts, gap, 
         # 16 eps max(|t|, 1) at the interval's far end: numba's bound at the time reached, or above it.
         dtmin = 16.0 * jnp.finfo(jnp.float64).eps * jnp.maximum(jnp.maximum(jnp.abs(t0), jnp.abs(t1)), 1.0)
         controller = diffrax.PIDController(rtol=tol.rtol * ERROR_SCALE, atol=tol.atol * ERROR_SCALE,
-                                           dtmin=dtmin, force_dtmin=False)
+                                           dtmin=dtmin, dtmax=rules.max_step, force_dtmin=False)
         dt0 = None
     else:
         controller, dt0 = diffrax.ConstantStepSize(), rules.fixed_step
