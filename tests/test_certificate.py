@@ -208,7 +208,7 @@ def test_long_horizons_sized_by_stability_are_certified_by_the_capped_companion(
     """config/paper.yaml's metastability cells, run to t = 30,000 (here 10,000, two seeds): stability sizes
     the steps, so no companion's step count follows its tolerance, and before the capped companion 85% of
     their seeds were uncertified. The capped companion (tighter, every step at most half the seed's mean)
-    bounds each seed's error against the DOP853 reference: measured certificate / error 1.97-2.0, where
+    bounds each seed's error against the DOP853 reference: measured certificate / error 1.98-2.0, where
     CERTIFICATE_SAFETY = 2 gives 2 for a companion with no error of its own."""
     from attnflow.resources import stability_sized
 

@@ -55,9 +55,10 @@ _STEPS_MOVED_TIGHTER = 0.05
 # Where the stored run's steps sit at the edge of the method's stability region, its steps sit well
 # inside, and where accuracy sizes them, its error test is 100 times tighter: its error is then far below
 # the stored run's, and CERTIFICATE_SAFETY times their deviation bounds the stored error wherever its own
-# is at most half of it (measured: certificate / true error 1.97-2.0 on config/paper.yaml's metastability
-# cells at t_max 30,000, where no other companion certified a seed; tests/test_certificate.py). A cell the
-# cost model says stability sizes (resources.stability_sized) gets it alone: the others' steps cannot move.
+# is at most half of it (measured: certificate / true error 1.98-2.0 on two of config/paper.yaml's
+# metastability cells at t_max 30,000, three seeds each, none of which the other companions certified;
+# tests/test_certificate.py at t_max 10,000). A cell the cost model says stability sizes
+# (resources.stability_sized) gets it alone: the others' steps cannot move.
 CERTIFICATE_CAP = 0.5
 # Where two runs differ by this much of a variable's largest value, the error no longer follows the
 # tolerance (it saturates at the size of the variable): measured, a looser companion then read 2.7x under a
