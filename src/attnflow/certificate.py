@@ -35,7 +35,7 @@ CERTIFICATE_LOOSER = 10.0
 CERTIFICATE_TIGHTER = 100.0
 CERTIFICATE_SAFETY = 2.0
 # The looser companion needs room below rtol = 1: a smooth cell with rtol above this gets the tighter one.
-LOOSEST_COMPANION_RTOL = 1e-2
+_LOOSEST_COMPANION_RTOL = 1e-2
 # A variable's scale, per seed, is max |value| over that seed's samples in the more accurate run, floored
 # here, so a variable that is zero throughout (up to round-off) does not divide by zero.
 CERTIFICATE_SCALE_FLOOR = 1e-12
@@ -110,8 +110,9 @@ def _companion(cell, problem, seeds, times, result, looser: bool):
 
 
 def _capped(cell, problem, seeds, times, result):
-    """The capped companion runs of ``seeds`` (``CERTIFICATE_CAP``): (a result per seed's row, assembled
-    from one run a group of seeds with the same cap, its rtol, per seed whether it failed)."""
+    """The capped companion runs of ``seeds`` (``CERTIFICATE_CAP``), as ``_companion`` returns them: (a
+    result per seed's row, assembled from one run a group of seeds with the same cap, its rtol, per seed
+    whether its steps were capped and whether it failed)."""
     rtol, atol = max(cell.rtol / CERTIFICATE_TIGHTER, MIN_RTOL), cell.atol / CERTIFICATE_TIGHTER
     max_steps = min(_CERTIFICATE_STEP_FACTOR * cell.max_steps, INT64_MAX)
     cap = CERTIFICATE_CAP / _steps_per_time(result, times)[seeds]
@@ -125,7 +126,11 @@ def _capped(cell, problem, seeds, times, result):
                         strict=False)
         parts.append((group, run))
     companion = _assemble(parts, seeds.size)
-    return companion, rtol, companion.status != 0
+    failed = companion.status != 0
+    # Every step at most half the seed's mean: at least twice its steps, wherever its own are longer.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = _steps_per_time(companion, times) / _steps_per_time(result, times)[seeds]
+    return companion, rtol, (ratio >= 0.95 / CERTIFICATE_CAP) & ~failed, failed
 
 
 def _assemble(parts, size):
@@ -141,11 +146,22 @@ def _assemble(parts, size):
             out[rows] = value
         return out
 
+    per_row = [f.name for f in dataclasses.fields(first) if isinstance(getattr(first, f.name), np.ndarray)]
     return dataclasses.replace(
         first, variables={name: gather(lambda r, k=name: r.variables[k]) for name in first.variables},
-        **{field: gather(lambda r, f=field: getattr(r, f))
-           for field in ("n_steps", "n_rejected", "n_rhs_calls", "t_cluster", "norm_drift", "max_retraction",
-                         "t_stop", "status")})
+        **{name: gather(lambda r, k=name: getattr(r, k)) for name in per_row})
+
+
+def companion_routes(cell) -> tuple[str, ...]:
+    """The companions a cell's seeds may take, in order (``certify_seeds``): looser (a smooth field with
+    room below rtol = 1), tighter, capped; the capped one alone where the cost model expects stability to
+    size the steps, which the others' could not follow."""
+    if resources.stability_sized(cell):
+        return ("capped",)
+    smooth = ATTENTIONS.get(cell.attention).smooth
+    if smooth and cell.rtol * CERTIFICATE_LOOSER <= _LOOSEST_COMPANION_RTOL:
+        return ("looser", "tighter", "capped")
+    return ("tighter", "capped")
 
 
 def certify_seeds(cell, result, problem: Problem, times, skip=None) -> tuple[dict, dict]:
@@ -162,12 +178,7 @@ def certify_seeds(cell, result, problem: Problem, times, skip=None) -> tuple[dic
     Integer variables (the cluster count) are left out: a count flips when a pair sits at the threshold,
     whatever the accuracy.
     """
-    smooth = ATTENTIONS.get(cell.attention).smooth
-    looser = smooth and cell.rtol * CERTIFICATE_LOOSER <= LOOSEST_COMPANION_RTOL
-    if resources.stability_sized(cell):
-        routes = ("capped",)  # the other companions' steps could not move
-    else:
-        routes = ("looser", "tighter", "capped") if looser else ("tighter", "capped")
+    routes = companion_routes(cell)
     measured = _has_samples(result.variables) & (True if skip is None else ~np.asarray(skip, dtype=bool))
     errors = np.full(cell.n_seeds, np.nan)
     variable = np.full(cell.n_seeds, "", dtype=object)  # per seed, the variable its certificate comes from
@@ -187,10 +198,7 @@ def certify_seeds(cell, result, problem: Problem, times, skip=None) -> tuple[dic
             reasons[Certified.NO_TIGHTER_TOLERANCE] = f"rtol {cell.rtol:g}: no tighter run above {MIN_RTOL:g}"
             break
         if route == "capped":
-            companion, rtol, failed = _capped(cell, problem, pending, times, result)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = _steps_per_time(companion, times) / _steps_per_time(result, times)[pending]
-            moved = (ratio >= 0.95 / CERTIFICATE_CAP) & ~failed
+            companion, rtol, moved, failed = _capped(cell, problem, pending, times, result)
         else:
             companion, rtol, moved, failed = _companion(cell, problem, pending, times, result,
                                                         route == "looser")
@@ -207,21 +215,20 @@ def certify_seeds(cell, result, problem: Problem, times, skip=None) -> tuple[dic
             flags[saturated], errors[saturated] = Certified.SATURATED, np.nan
             reasons[Certified.SATURATED] = (f"runs differ by more than {CERTIFICATE_SATURATION:g} of a "
                                             "variable's scale, where errors stop following the tolerance")
-        if route != "looser":  # a failed companion is final; the capped one is the last
-            which = failed if route == "tighter" else failed | ~moved
-            kinds = [(Certified.COMPANION_FAILED, failed, "its companion run failed (step budget or "
-                                                          "step-size underflow)")]
-            if route == "capped":
-                kinds.append((Certified.STEPS_IGNORE_TOLERANCE, ~moved & ~failed,
-                              "steps did not follow the tolerance nor the cap: no companion measures the "
-                              "error"))
-            for kind, where, reason in kinds:
-                flags[pending[where]] = kind
-                if where.any():
-                    reasons[kind] = reason
-            pending = pending[~moved & ~which]
-        else:
-            pending = pending[~moved]  # a failed looser companion: the tighter one may still certify
+        # A failed looser companion leaves the tighter one to try; any other failure is final, and what
+        # the last companion did not certify is uncertified.
+        none = np.zeros_like(failed)
+        final_failure = failed if route != "looser" else none
+        ignored = ~moved & ~failed if route == routes[-1] else none
+        for kind, where, reason in (
+                (Certified.COMPANION_FAILED, final_failure,
+                 "its companion run failed (step budget or step-size underflow)"),
+                (Certified.STEPS_IGNORE_TOLERANCE, ignored,
+                 "steps did not follow the tolerance nor the cap: no companion measures the error")):
+            flags[pending[where]] = kind
+            if where.any():
+                reasons[kind] = reason
+        pending = pending[~moved & ~final_failure]
     out["certificate_rtol"] = out.get(f"certificate_{routes[0]}_rtol", float("nan"))
     certified = np.isin(flags, (Certified.LOOSER, Certified.TIGHTER, Certified.CAPPED))
     uncertified = measured & ~certified

@@ -41,8 +41,7 @@ import os
 from pathlib import Path
 
 from . import resources
-from .attention import ATTENTIONS
-from .certificate import CERTIFICATE_LOOSER, CERTIFICATE_TIGHTER, LOOSEST_COMPANION_RTOL
+from .certificate import CERTIFICATE_LOOSER, CERTIFICATE_TIGHTER, companion_routes
 from .ids import cell_id
 from .sweep import Sweep
 
@@ -135,23 +134,16 @@ def gpu_seconds(cell) -> float:
 def certificate_over_run(cell) -> float:
     """The field evaluations of a cell's accuracy certificate over its stored run's (``certificate``).
 
-    A companion takes (its tolerance over the cell's)^(-1/5) as many steps where accuracy sizes them
-    (0.63x looser, 2.5x tighter), and measures every sample again. A smooth field gets the looser one;
-    relu, or an rtol that leaves it no room, the tighter one. Where stability sizes the steps
-    (``resources.stability_sized``), the capped one alone, its steps ``CAPPED_STEPS`` times the stored
-    run's. The steps are the engine's: the model's over ``STEPS_OVER_MEASURED``.
+    Priced by the first of the cell's companions (``certificate.companion_routes``): one takes (its
+    tolerance over the cell's)^(-1/5) as many steps where accuracy sizes them (0.63x looser, 2.5x
+    tighter); the capped one, where stability sizes them, ``CAPPED_STEPS`` times them. Each measures
+    every sample again. The steps are the engine's: the model's over ``STEPS_OVER_MEASURED``.
     """
-    accuracy = resources.steps(cell) / resources.STEPS_OVER_MEASURED
-    stable = resources.stable_steps(cell)
-    steps = max(accuracy, stable)
-    samples = resources.calls(cell) - 6.0 * resources.steps(cell)  # and the two evaluations to start
-    smooth = ATTENTIONS.get(cell.attention).smooth
-    looser = smooth and cell.rtol * CERTIFICATE_LOOSER <= LOOSEST_COMPANION_RTOL
-    if resources.stability_sized(cell):
-        ratio = CAPPED_STEPS
-    else:
-        ratio = CERTIFICATE_LOOSER ** -0.2 if looser else CERTIFICATE_TIGHTER ** 0.2
-    return (6.0 * steps * ratio + samples) / (6.0 * steps + samples)
+    steps = max(resources.steps(cell) / resources.STEPS_OVER_MEASURED, resources.stable_steps(cell))
+    others = resources.calls(cell) - 6.0 * resources.steps(cell)  # the samples' and the two to start
+    ratio = {"looser": CERTIFICATE_LOOSER ** -0.2, "tighter": CERTIFICATE_TIGHTER ** 0.2,
+             "capped": CAPPED_STEPS}[companion_routes(cell)[0]]
+    return (6.0 * steps * ratio + others) / (6.0 * steps + others)
 
 
 def cell_expected_cpu(cell) -> float:
