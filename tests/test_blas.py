@@ -1,6 +1,7 @@
-"""``engine.machinery.blas.matmul``: BLAS's dgemm called directly, bit for bit what numba's ``np.dot``
-gives up to 10^6 multiply-adds, and in panels of rows above (the panels' rules, and the product they make); on
-views of rows of wider matrices, bit for bit what it gives on contiguous ones."""
+"""``engine.machinery.blas.matmul``: the tiles up to ``TILED_PRODUCT`` multiply-adds (tests/test_tiles.py
+checks their arithmetic), above it BLAS's dgemm called directly, bit for bit what numba's ``np.dot`` gives up
+to 10^6 multiply-adds, and in panels of rows above (the panels' rules, and the product they make); on views
+of rows of wider matrices, bit for bit what it gives on contiguous ones."""
 
 import numba
 import numpy as np
@@ -11,6 +12,7 @@ from attnflow.engine.machinery.blas import (
     PANEL_OPERAND,
     PANELS,
     SMALL_PRODUCT,
+    TILED_PRODUCT,
     matmul,
     panel_rows,
 )
@@ -30,10 +32,11 @@ def _per_head(a, b, out):
         matmul(a[h], b[h], out[h])
 
 
-@pytest.mark.parametrize("shape", [(8, 8, 8), (16, 8, 8), (33, 17, 5), (100, 100, 100), (2, 3, 2),
-                                   (1, 5, 7), (7, 5, 1), (1, 1, 1), (4, 0, 3), (0, 3, 4), (3, 4, 0)])
+@pytest.mark.parametrize("shape", [(100, 100, 100), (40, 80, 41), (1, 5, 7), (7, 5, 1), (1, 1, 1), (4, 0, 3),
+                                   (0, 3, 4), (3, 4, 0), (1, 400, 400)])
 def test_matmul_is_np_dot_bit_for_bit(shape):
     m, k, n = shape
+    assert m * k * n > TILED_PRODUCT or min(m, n) <= 1 or k == 0  # none of these goes to the tiles
     rng = np.random.default_rng(m * 10000 + k * 100 + n)
     a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
     through_dot, through_matmul = np.full((m, n), np.nan), np.full((m, n), np.nan)
@@ -42,6 +45,19 @@ def test_matmul_is_np_dot_bit_for_bit(shape):
     # not one bit may differ; and both are the product (round-off of k terms of O(1)).
     assert np.array_equal(through_matmul, through_dot)
     np.testing.assert_allclose(through_matmul, a @ b, rtol=0, atol=1e-12 * max(k, 1))
+
+
+@pytest.mark.parametrize("shape", [(8, 8, 8), (16, 8, 8), (33, 17, 5), (2, 3, 2), (32, 64, 64)])
+def test_small_products_are_the_product(shape):
+    # The tiles' own order of summation (one fused chain an entry, tests/test_tiles.py): within
+    # round-off of k terms of O(1) of np.dot's.
+    m, k, n = shape
+    assert m * k * n <= TILED_PRODUCT
+    rng = np.random.default_rng(m * 10000 + k * 100 + n)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    through_dot, through_matmul = np.full((m, n), np.nan), np.full((m, n), np.nan)
+    _both(a, b, through_dot, through_matmul)
+    np.testing.assert_allclose(through_matmul, through_dot, rtol=0, atol=1e-13 * k)
 
 
 def test_matmul_on_views_of_a_stack():

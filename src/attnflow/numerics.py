@@ -51,6 +51,10 @@ NUMERICS_VERSION = 6
 # jax 2: observables measured in cache-sized chunks of samples on a CPU (one sample at a time from
 #        bench_peers' M up, instead of up to 1 GiB of samples at once): XLA vectorises the other shapes
 #        differently, which moves the last bits of the measured variables (at most 4e-15 of their size).
-ENGINE_NUMERICS = {"numba": 1, "jax": 2}
+# numba 2: products of at most 131,072 multiply-adds by the engine's own tiles (each entry one chain of
+#          fused multiply-adds, engine/machinery/tiles.py) instead of BLAS: where BLAS summed an entry in
+#          another order (OpenBLAS's AVX2 kernels on some shapes, its AVX-512 ones on deep products) its
+#          last bit moves.
+ENGINE_NUMERICS = {"numba": 2, "jax": 2}
 
 __all__ = ["CERTIFICATE_BOUND", "ENGINE_NUMERICS", "NUMERICS_VERSION"]

@@ -13,8 +13,9 @@ The names the math may call, inside compiled code:
 - ``by_reference(record)`` / ``dereference(ref)``: a record passed to a
   compiled function as one pointer instead of every scalar of every array in it.
 - ``flat(array)``: a C-contiguous array as a borrowed 1-d view.
-- ``matmul(a, b, out)``: ``out = a @ b`` by BLAS's ``dgemm``, bit for bit what
-  ``np.dot`` gives (``blas.py``).
+- ``matmul(a, b, out)``: ``out = a @ b``; small products by the engine's own tiles
+  of vector registers, each entry one chain of fused multiply-adds (``tiles.py``),
+  the others by BLAS's ``dgemm``, bit for bit what ``np.dot`` gives (``blas.py``).
 - ``exp_inplace(a)``: ``a[:] = exp(a)`` for a 1-d array, vectorised, within 1 ulp,
   the same on every machine (``expo.py``).
 - ``lane_sum(a)``, ``lane_max(a)``, ``copy_into(dst, src)``, ``transpose_into(x, xt)``:

@@ -1,9 +1,14 @@
-"""Matrix products for the compiled kernels: BLAS's ``dgemm``, called directly.
+"""Matrix products for the compiled kernels: the engine's own tiles for small ones, BLAS's ``dgemm``,
+called directly, for the others.
+
+Products of at most ``TILED_PRODUCT`` multiply-adds go to ``tiles.small_product``
+(each entry one chain of fused multiply-adds, the same bits on every machine):
+faster than any call to BLAS at these sizes, and threads computing them at once
+do not slow each other down, as they do in OpenBLAS's AVX2 builds (tiles.py).
 
 numba's ``np.dot`` reaches the same ``dgemm`` (scipy's ``cython_blas``, whose
 BLAS ``threadpoolctl`` limits) through a generic wrapper: layout checks, then a
-helper that dispatches on the dtype, then the call. On the small products of a
-small cell the wrapper costs as much as the product. Up to 10^6 multiply-adds
+helper that dispatches on the dtype, then the call. Up to 10^6 multiply-adds
 the call is the one ``np.dot`` makes, so results are bit-identical to it.
 
 The kernels call the symbol ``attnflow_dgemm``, registered with the JIT's linker
@@ -36,17 +41,12 @@ from numba.extending import get_cython_function_address, intrinsic, overload
 
 from .blas_info import PANELS
 from .borrow import as_c, borrow
+from .tiles import is_matrix, small_product
 
 _SYMBOL = "attnflow_dgemm"
 llvm.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_blas", "dgemm"))
 
 _FORTRAN_INT = ir.IntType(32)  # scipy's cython_blas takes LP64 (32-bit) integers
-
-
-def is_matrix(ty) -> bool:
-    """A float64 matrix type, C-contiguous or a view of one whose rows may be further apart ('A'): what
-    ``_dgemm`` takes."""
-    return isinstance(ty, types.Array) and ty.ndim == 2 and ty.dtype == types.float64 and ty.layout in "CA"
 
 
 @intrinsic
@@ -87,6 +87,9 @@ def _dgemm(typingctx, a, b, out):
     return types.none(a, b, out), codegen
 
 
+# Products of at most this many multiply-adds go to ``tiles.small_product``: 2-3x faster than BLAS up to
+# 65,536 (8x8x8 to 32x64x32), even at 262,144 (64x64x64), slower from 524,288 (one BLAS thread, machine B).
+TILED_PRODUCT = 131_072
 # OpenBLAS's bound for its unpacked kernels (kernel/x86_64/dgemm_small_kernel_permit_skylakex.c); whether
 # the BLAS has them is ``PANELS`` (blas_info.py).
 SMALL_PRODUCT = 1_000_000
@@ -108,8 +111,9 @@ def panel_rows(m, k, n):
 @numba.njit(cache=True)
 def matmul(a, b, out):
     """``out = a @ b`` for float64 matrices whose rows each hold adjacent entries (C-contiguous, or
-    views of rows of wider matrices): ``np.dot(a, b, out)`` without its wrapper; in panels of rows above 10^6
-    multiply-adds where ``panel_rows`` says so.
+    views of rows of wider matrices): by the tiles up to ``TILED_PRODUCT`` multiply-adds; above,
+    ``np.dot(a, b, out)`` without its wrapper, in panels of rows above 10^6 multiply-adds where
+    ``panel_rows`` says so.
 
     Shapes that do not match, or rows whose entries are not adjacent (a bug in the caller: the
     engine's buffers have their shapes and layouts by construction) fill ``out`` with NaN, which the
@@ -132,6 +136,9 @@ def matmul(a, b, out):
         return
     if m <= 1 or n <= 1 or k == 0:
         _row_or_column(a, b, out)
+        return
+    if m * k * n <= TILED_PRODUCT:
+        small_product(a, b, out)
         return
     rows = panel_rows(m, k, n)
     if rows >= m:
