@@ -136,17 +136,22 @@ def place_batch(sweep, batch: str, cells: dict, failed: dict | None = None):
     from attnflow.pack import group_cells, placement
     from attnflow.run.manifest import MANIFEST_FORMAT
     from attnflow.store import write
-    from attnflow.versions import store_versions
+    from attnflow.versions import store_versions, stored_engine, stored_engine_numerics
 
     path = sweep.layout.store(batch)
     groups = group_cells(cells)
     placed = placement(groups)
-    write(groups, path, versions=store_versions(), replace=True, meta={"batch": batch, "cells": placed})
+    # Each cell's engine and the version of that engine's numbers, as run_batch records them (a record
+    # without them reads as numba's first numerics: stale once that engine's numbers move).
+    engines = {"engines": {cid: stored_engine(ds) for cid, ds in cells.items()},
+               "engine_numerics": {cid: stored_engine_numerics(ds) for cid, ds in cells.items()}}
+    write(groups, path, versions=store_versions(), replace=True,
+          meta={"batch": batch, "cells": placed, **engines})
     manifest = sweep.layout.manifest(batch)
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps({"format": MANIFEST_FORMAT, "batch": batch, "store": path.name,
                                     "size": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns,
-                                    "cells": placed, "failed": failed or {}}))
+                                    "cells": placed, "failed": failed or {}, **engines}))
 
 
 def point_name(config: Path, cid: str, experiment: str | None = None) -> str:

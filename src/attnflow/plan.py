@@ -139,11 +139,12 @@ def certificate_over_run(cell) -> float:
     tighter); the capped one, where stability sizes them, ``CAPPED_STEPS`` times them. Each measures
     every sample again. The steps are the engine's: the model's over ``STEPS_OVER_MEASURED``.
     """
-    steps = max(resources.steps(cell) / resources.STEPS_OVER_MEASURED, resources.stable_steps(cell))
-    others = resources.calls(cell) - 6.0 * resources.steps(cell)  # the samples' and the two to start
+    stepping = resources.STEP_CALLS * max(resources.steps(cell) / resources.STEPS_OVER_MEASURED,
+                                          resources.stable_steps(cell))
     ratio = {"looser": CERTIFICATE_LOOSER ** -0.2, "tighter": CERTIFICATE_TIGHTER ** 0.2,
              "capped": CAPPED_STEPS}[companion_routes(cell)[0]]
-    return (6.0 * steps * ratio + others) / (6.0 * steps + others)
+    others = resources.sample_calls(cell)
+    return (stepping * ratio + others) / (stepping + others)
 
 
 def cell_expected_cpu(cell) -> float:

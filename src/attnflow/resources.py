@@ -267,11 +267,20 @@ def flops_per_call(cell: Cell) -> float:
     return float(flops)
 
 
-def calls(cell: Cell) -> float:
-    """Field evaluations of one trajectory: six per step (Dopri5 with its first-same-as-last stage),
-    one per sample where an observable needs the velocity, two to start."""
+# Field evaluations of a step: Dopri5's seven stages, the first the last of the step before.
+STEP_CALLS = 6
+
+
+def sample_calls(cell: Cell) -> float:
+    """Field evaluations of one trajectory besides its steps': one per sample where an observable needs
+    the velocity, two to start."""
     sampled = any(GROUPS.get(g).needs_velocity for g in cell.observables)
-    return 6.0 * steps(cell) + (cell.n_samples if sampled else 0) + 2
+    return (cell.n_samples if sampled else 0) + 2
+
+
+def calls(cell: Cell) -> float:
+    """Field evaluations of one trajectory: ``STEP_CALLS`` per step and ``sample_calls``."""
+    return STEP_CALLS * steps(cell) + sample_calls(cell)
 
 
 def cell_seconds(cell: Cell) -> float:
