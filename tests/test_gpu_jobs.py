@@ -177,8 +177,17 @@ def test_auto_cells_keep_a_store_of_either_engine(tmp_path):
         assert set(other_engines(sweep, batch, older).values()) == {
             f"computed by {engine} under its numerics {ENGINE_NUMERICS[engine] - 1}, now "
             f"{ENGINE_NUMERICS[engine]}"}
-    # A record from before engines had their own numerics: version 1 of each, numba's current one.
-    assert other_engines(sweep, batch, {**record, "engines": dict.fromkeys(record["cells"], "numba")}) == {}
+    # A record from before engines had their own numerics reads as version 1 of each: stale once that
+    # engine's numbers moved (numba 2: its register tiles), current while they have not.
+    numba_record = {**record, "engines": dict.fromkeys(record["cells"], "numba")}
+    unversioned = other_engines(sweep, batch, numba_record)
+    assert ENGINE_NUMERICS["numba"] > 1 and unversioned and set(unversioned) <= set(record["cells"])
+    now = ENGINE_NUMERICS["numba"]
+    assert set(unversioned.values()) == {f"computed by numba under its numerics 1, now {now}"}
+    with_numba_1 = {**ENGINE_NUMERICS, "numba": 1}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("attnflow.numerics.ENGINE_NUMERICS", with_numba_1)
+        assert other_engines(sweep, batch, numba_record) == {}
 
 
 def test_a_change_of_one_engines_numerics_recomputes_only_its_cells(tmp_path, monkeypatch, capsys):
