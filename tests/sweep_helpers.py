@@ -134,17 +134,17 @@ def place_batch(sweep, batch: str, cells: dict, failed: dict | None = None):
     import json
 
     from attnflow.pack import group_cells, placement
+    from attnflow.run.batch import _engines_of
     from attnflow.run.manifest import MANIFEST_FORMAT
     from attnflow.store import write
-    from attnflow.versions import store_versions, stored_engine, stored_engine_numerics
+    from attnflow.versions import store_versions
 
     path = sweep.layout.store(batch)
     groups = group_cells(cells)
     placed = placement(groups)
     # Each cell's engine and the version of that engine's numbers, as run_batch records them (a record
     # without them reads as numba's first numerics: stale once that engine's numbers move).
-    engines = {"engines": {cid: stored_engine(ds) for cid, ds in cells.items()},
-               "engine_numerics": {cid: stored_engine_numerics(ds) for cid, ds in cells.items()}}
+    engines = _engines_of(cells)
     write(groups, path, versions=store_versions(), replace=True,
           meta={"batch": batch, "cells": placed, **engines})
     manifest = sweep.layout.manifest(batch)
