@@ -103,6 +103,18 @@ def test_equiangular_time_inverts_the_ode(attention):
     assert theory.equiangular_time(g0, g1, lam, beta, n, attention) == pytest.approx(t_ref, rel=1e-9)
 
 
+def test_the_quadratures_integrand_is_one_over_the_public_rate(rng):
+    # equiangular_time integrates a float-only copy of the softmax rate (speed): it must be the same
+    # function, to round-off, over head counts, strengths, temperatures and token counts.
+    for _ in range(200):
+        lam = rng.uniform(0.1, 3.0, rng.integers(1, 7))
+        beta, n, g = rng.uniform(0.05, 12.0), int(rng.integers(2, 300)), rng.uniform(-0.2, 0.9999)
+        assert theory._softmax_inverse_rate(g, tuple(lam), beta, n) == pytest.approx(
+            1.0 / float(theory.equiangular_rate(g, lam, beta, n)), rel=1e-13)
+    with pytest.raises(ValueError, match="usa"):
+        theory.equiangular_time(0.1, 0.5, [1.0], 1.0, 8, "usa")
+
+
 def test_equiangular_time_broadcasts_and_relu_needs_a_start():
     t = theory.equiangular_time(np.array([0.01, 0.1])[:, None], 0.5, [1.0], np.array([1.0, 2.0]), 8)
     assert t.shape == (2, 2) and np.all(np.diff(t, axis=0) < 0)
