@@ -207,7 +207,7 @@ def test_every_seed_is_bounded_or_flagged_where_steps_are_stability_limited(name
 def test_long_horizons_sized_by_stability_are_certified_by_the_capped_companion():
     """config/paper.yaml's metastability cells, run to t = 30,000 (here 10,000, two seeds): stability sizes
     the steps, so no companion's step count follows its tolerance, and before the capped companion 85% of
-    their seeds were uncertified. The capped companion (tighter, every step at most half the seed's mean)
+    their seeds were uncertified. The capped companion (tighter, every step at most 0.7 of the seed's mean)
     bounds each seed's error against the DOP853 reference: measured certificate / error 1.98-2.0, where
     CERTIFICATE_SAFETY = 2 gives 2 for a companion with no error of its own."""
     from attnflow.resources import stability_sized

@@ -38,12 +38,16 @@ CERTIFICATE_BOUND = 1e-4
 #    companion failed, is uncertified (certificate_error NaN, and the cell's; the new per-seed
 #    certificate_flag says why) instead of a number below its error. The integrated numbers are unchanged.
 # 6: the capped companion (issue 49): a seed whose tighter companion's steps did not follow its tolerance
-#    either gets a third, the tighter tolerance with every step at most half the seed's mean step, and is
+#    either gets a third, the tighter tolerance with every step at most half the seed's mean step (0.7 since
+#    7), and is
 #    certified by it (certificate_flag capped) instead of stored uncertified; a cell the cost model expects
 #    stability to size (resources.stability_sized: config/paper.yaml's metastability cells) gets the
 #    capped companion alone. Certificates move (NaN to numbers, and those cells' routes); the integrated
 #    numbers are unchanged.
-NUMERICS_VERSION = 6
+# 7: the capped companion caps each step at 0.7 of the seed's mean step, not 0.5 (certificate.CERTIFICATE_CAP:
+#    the same certificate / true error, 1.98-2.03, for 0.71 of its cost). The certificates of capped seeds
+#    move in their third digit; the integrated numbers are unchanged.
+NUMERICS_VERSION = 7
 # Each engine's own numbers, beside NUMERICS_VERSION (which covers what the engines share, and makes
 # every store stale): a change that moves one engine's numbers only bumps its entry, and only the cells
 # that engine computed are computed again. A cell records its engine's entry (``engine_numerics``); a
