@@ -113,6 +113,13 @@ def test_the_quadratures_integrand_is_one_over_the_public_rate(rng):
             1.0 / float(theory.equiangular_rate(g, lam, beta, n)), rel=1e-13)
     with pytest.raises(ValueError, match="usa"):
         theory.equiangular_time(0.1, 0.5, [1.0], 1.0, 8, "usa")
+    # Where exp overflows numpy gives inf, math.exp raises: the integrand goes on as numpy's rate does (a
+    # head's term 0, and a rate of 0 an infinite inverse) instead of raising inside the quadrature.
+    with np.errstate(over="ignore", divide="ignore"):
+        assert theory._softmax_inverse_rate(0.1, (1.0,), 2000.0, 8) == 1.0 / theory.equiangular_rate(
+            0.1, [1.0], 2000.0, 8) == np.inf
+        assert theory._softmax_inverse_rate(0.1, (1.0, 0.001), 2000.0, 8) == pytest.approx(
+            1.0 / float(theory.equiangular_rate(0.1, [1.0, 0.001], 2000.0, 8)), rel=1e-13)
 
 
 def test_equiangular_time_broadcasts_and_relu_needs_a_start():

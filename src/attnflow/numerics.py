@@ -38,12 +38,11 @@ CERTIFICATE_BOUND = 1e-4
 #    companion failed, is uncertified (certificate_error NaN, and the cell's; the new per-seed
 #    certificate_flag says why) instead of a number below its error. The integrated numbers are unchanged.
 # 6: the capped companion (issue 49): a seed whose tighter companion's steps did not follow its tolerance
-#    either gets a third, the tighter tolerance with every step at most half the seed's mean step (0.7 since
-#    7), and is
-#    certified by it (certificate_flag capped) instead of stored uncertified; a cell the cost model expects
-#    stability to size (resources.stability_sized: config/paper.yaml's metastability cells) gets the
-#    capped companion alone. Certificates move (NaN to numbers, and those cells' routes); the integrated
-#    numbers are unchanged.
+#    either gets a third, the tighter tolerance with every step at most half the seed's mean step (0.7 of it
+#    since 7), and is certified by it (certificate_flag capped) instead of stored uncertified; a cell the
+#    cost model expects stability to size (resources.stability_sized: config/paper.yaml's metastability
+#    cells) gets the capped companion alone. Certificates move (NaN to numbers, and those cells' routes);
+#    the integrated numbers are unchanged.
 # 7: the capped companion caps each step at 0.7 of the seed's mean step, not 0.5 (certificate.CERTIFICATE_CAP:
 #    the same certificate / true error, 1.98-2.03, for 0.71 of its cost). The certificates of capped seeds
 #    move in their third digit; the integrated numbers are unchanged.

@@ -187,11 +187,17 @@ def equiangular_time(gamma0, gamma1, lambdas, beta, n, attention="softmax"):
 def _softmax_inverse_rate(g, lambdas, beta, n):
     """``1 / equiangular_rate(g, lambdas, beta, n, "softmax")`` on floats: the quadrature's integrand.
     quad calls it some 200 times an interval and the figures integrate thousands of intervals; through
-    numpy's broadcasting a call cost 20 us, most of a crossover summary's time."""
+    numpy's broadcasting a call cost 20 us, most of a crossover summary's time. Where numpy's exp
+    overflows to inf (a head's term 0) and the rate is 0 (1 / rate inf), so does this, without raising."""
     drive = 0.0
     for lam in lambdas:
-        drive += lam / (math.exp(beta * lam * (1.0 - g)) + n - 1.0)
-    return 1.0 / (2.0 * (1.0 - g) * (1.0 + (n - 1.0) * g) * drive)
+        exponent = beta * lam * (1.0 - g)
+        drive += lam / (math.exp(exponent) + n - 1.0) if exponent < _EXP_OVERFLOWS else 0.0
+    rate = 2.0 * (1.0 - g) * (1.0 + (n - 1.0) * g) * drive
+    return 1.0 / rate if rate != 0.0 else math.inf
+
+
+_EXP_OVERFLOWS = math.log(np.finfo(float).max)  # 709.78: math.exp raises above it, np.exp gives inf
 
 
 def time_ratio(gamma0, gamma1, lambdas, beta, n):
