@@ -117,6 +117,13 @@ def early_sign(lambdas, beta, n):
     return np.sign(gap)
 
 
+def _equiangular_attention(attention: str) -> str:
+    """``attention`` where the equiangular ODE is derived (softmax, relu); else a ValueError naming it."""
+    if attention not in ("softmax", "relu"):
+        raise ValueError(f"attention = {attention!r}: the equiangular ODE is derived for softmax and relu")
+    return attention
+
+
 def equiangular_rate(gamma, lambdas, beta, n, attention="softmax"):
     """Right-hand side of the equiangular ODE for the common cosine (scalar heads).
 
@@ -136,13 +143,11 @@ def equiangular_rate(gamma, lambdas, beta, n, attention="softmax"):
     beta = np.asarray(beta, dtype=float)[..., None]
     n = np.asarray(n, dtype=float)
     g = gamma[..., 0]
-    if attention == "softmax":
+    if _equiangular_attention(attention) == "softmax":
         # gamma, beta and n gain the heads axis so that lambdas' last axis lines up with it alone.
         drive = lambdas / (np.exp(beta * lambdas * (1.0 - gamma)) + n[..., None] - 1.0)
         return 2.0 * (1.0 - g) * (1.0 + (n - 1.0) * g) * drive.sum(axis=-1)
-    if attention == "relu":
-        return (2.0 * beta[..., 0] / n) * g * (1.0 - g) * (1.0 + (n - 1.0) * g) * (lambdas**2).sum(axis=-1)
-    raise ValueError(f"attention = {attention!r}: the equiangular ODE is derived for softmax and relu")
+    return (2.0 * beta[..., 0] / n) * g * (1.0 - g) * (1.0 + (n - 1.0) * g) * (lambdas**2).sum(axis=-1)
 
 
 def _relu_antiderivative(g, n):
@@ -161,8 +166,7 @@ def equiangular_time(gamma0, gamma1, lambdas, beta, n, attention="softmax"):
     """
     from scipy.integrate import quad
 
-    if attention not in ("softmax", "relu"):
-        raise ValueError(f"attention = {attention!r}: the equiangular ODE is derived for softmax and relu")
+    _equiangular_attention(attention)
     lambdas = np.asarray(lambdas, dtype=float)
     g0, g1, beta_b, n_b = np.broadcast_arrays(
         *(np.asarray(a, dtype=float) for a in (gamma0, gamma1, beta, n)))
@@ -184,6 +188,9 @@ def equiangular_time(gamma0, gamma1, lambdas, beta, n, attention="softmax"):
     return out
 
 
+_EXP_OVERFLOWS = math.log(np.finfo(float).max)  # 709.78: math.exp raises above it, np.exp gives inf
+
+
 def _softmax_inverse_rate(g, lambdas, beta, n):
     """``1 / equiangular_rate(g, lambdas, beta, n, "softmax")`` on floats: the quadrature's integrand.
     quad calls it some 200 times an interval and the figures integrate thousands of intervals; through
@@ -195,9 +202,6 @@ def _softmax_inverse_rate(g, lambdas, beta, n):
         drive += lam / (math.exp(exponent) + n - 1.0) if exponent < _EXP_OVERFLOWS else 0.0
     rate = 2.0 * (1.0 - g) * (1.0 + (n - 1.0) * g) * drive
     return 1.0 / rate if rate != 0.0 else math.inf
-
-
-_EXP_OVERFLOWS = math.log(np.finfo(float).max)  # 709.78: math.exp raises above it, np.exp gives inf
 
 
 def time_ratio(gamma0, gamma1, lambdas, beta, n):
