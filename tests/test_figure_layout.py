@@ -246,3 +246,31 @@ def test_an_experiment_declares_every_figure_it_draws():
     assert Layout.part_of("variants-clustering") == ("variants", "clustering")
     assert Layout.part_of("energy") == ("energy", "")
 
+
+
+def test_normalization_marks_a_closed_form_time_past_float_range(tmp_path):
+    # Pre-LN's quadrature time at beta = 16 is past 1e300 (its radius leaves float64's range first:
+    # theory.equiangular_scheme_time returns inf). Its line cannot reach that beta on a log axis; a
+    # triangle at the top edge, with its legend entry, says where it goes instead of a silent gap.
+    from attnflow.aggregate import aggregate
+    from attnflow.config import validate
+    from attnflow.plotting import plt
+    from attnflow.run.batch import run_batch
+
+    block = {"fixed": {"seeds": 2, "t_max": 5.0, "n_samples": 9},
+             "grid": {"geometry": ["sphere", "pre_ln"], "init": ["equiangular"], "beta": [4.0, 16.0]}}
+    sweep = validate({"results": str(tmp_path / "results"), "dask_scheduler": "synchronous",
+                      "experiments": {"normalization": block}})
+    for batch, cells in sweep.batches.items():
+        run_batch(cells, batch, sweep.layout, log=lambda *_: None)
+    spec, path = sweep.specs["normalization"], sweep.layout.summary("normalization")
+    experiment = sweep.experiments.get("normalization")
+    aggregate(experiment, spec, sweep.entries("normalization"), path, scheduler="synchronous")
+    fig = experiment.plot(xr.open_zarr(f"zip::{path}"), spec)
+    ax = fig.axes[0]
+    triangles = [line for line in ax.lines if line.get_marker() == "^" and len(line.get_xdata())]
+    pre_ln = next(line for line in ax.lines if line.get_label() == "pre_ln")
+    assert [(float(line.get_xdata()[0]), line.get_color()) for line in triangles] == \
+        [(16.0, pre_ln.get_color())], "one triangle, pre_ln's colour, at beta = 16"
+    assert "quadrature past 1e300" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)

@@ -73,8 +73,10 @@ class Normalization(Experiment):
                "heads). (a) Clustering time (the mean cosine reaching the threshold) over (scheme, beta): "
                "dots, particles from equiangular starts (median over seeds); circles, uniform starts "
                "(median; censored medians, not clustered by t_max, are not drawn); lines, the closed-form "
-               "quadrature of the equiangular ODEs. (b) epsilon = 1 - gamma_min against time on log-log "
-               "axes from the equiangular start at the smallest beta: Pre-LN's slope -2 (dashed) and "
+               "quadrature of the equiangular ODEs; a triangle at the top, a quadrature time past 1e300 "
+               "(Pre-LN's and Peri-LN's radii leave float64's range before the level at large beta, as at "
+               "beta = 16). (b) epsilon = 1 - gamma_min against time on log-log axes from the equiangular "
+               "start at the smallest beta: Pre-LN's slope -2 (dashed) and "
                "Post-LN's exp(-2 Lambda t) (dotted) drawn through the late samples. (c) Clusters left at a "
                "fixed depth from uniform starts (mean over seeds), per scheme and beta: the paper's "
                "representation collapse as a map. (d) The mean radius from the equiangular start.")
@@ -152,6 +154,16 @@ class Normalization(Experiment):
             if "uniform" in ds.init.values:
                 ax_time.plot(betas, ds.t_median.sel(geometry=g, init="uniform"), "o", mfc="none", color=c,
                              ms=7)
+        # A closed-form time past float64's range (pre_ln's radius at large beta, theory.
+        # equiangular_scheme_time) has no point on the axis: a triangle at the top says where the line goes.
+        beyond = [(g, b) for g in geometries for b in betas
+                  if np.isinf(float(ds.t_closed.sel(geometry=g, beta=b)))]
+        for k, (g, b) in enumerate(beyond):  # the schemes past it at one beta stacked down from the top
+            below = sum(1 for _, at in beyond[:k] if at == b)
+            ax_time.plot(b, 0.96 - 0.07 * below, "^", color=colours[g], ms=6,
+                         transform=ax_time.get_xaxis_transform(), clip_on=False)
+        if beyond:
+            ax_time.plot([], [], "^", color="0.3", ms=6, label="quadrature past 1e300")
         ax_time.set_xscale("log")
         ax_time.set_yscale("log")
         ax_time.set_xlabel(r"inverse temperature $\beta$")
