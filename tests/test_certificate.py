@@ -224,6 +224,20 @@ def test_long_horizons_sized_by_stability_are_certified_by_the_capped_companion(
     assert ds.attrs["certificate_error"] == ds.certificate_error.values.max() <= 1e-4
 
 
+def test_capped_groups_run_at_their_smallest_cap_within_sqrt_2():
+    # Each seed's steps capped at most at its own cap and at least at 1/sqrt 2 of it (the capped companion's
+    # bound asks the first; the second is its cost), every seed in exactly one group, alike caps in one run.
+    from attnflow.certificate import _cap_groups
+
+    cap = np.array([0.30, 1.00, 0.31, 0.42, np.inf, 0.43, 1.40, 0.29, np.inf])
+    groups = _cap_groups(cap)
+    assert sorted(np.concatenate(groups).tolist()) == list(range(cap.size))
+    for group in groups:
+        step = cap[group].min()
+        assert np.all(step <= cap[group]) and np.all(cap[group] <= np.sqrt(2.0) * step)
+    assert [g.tolist() for g in groups] == [[0, 2, 7], [3, 5], [1, 6], [4, 8]]
+
+
 def test_every_seed_is_rerun_and_the_certificate_is_off_on_request():
     cell = Cell(seeds=5, t_max=2.0)
     ds = simulate(cell)

@@ -51,7 +51,9 @@ _STEPS_MOVED_LOOSER = 0.5
 _STEPS_MOVED_TIGHTER = 0.05
 # Where neither companion's steps followed its tolerance (stability sizes the stored run's steps), the capped
 # companion: the tighter tolerance, and no step longer than CERTIFICATE_CAP times the seed's mean step
-# (seeds grouped by caps a factor sqrt 2 apart: one run a group, each seed's cap 0.5-0.7 of its mean).
+# (one run a group of seeds whose caps lie within a factor sqrt 2, at the group's smallest cap: each seed's
+# 0.5-0.7 of its mean, near 0.7 where a cell's seeds step alike; a grid of caps sqrt 2 apart before
+# NUMERICS_VERSION 8 put most seeds near 0.5 and cost 1.76 of the run's evaluations, not 1.37-1.39).
 # Where the stored run's steps sit at the edge of the method's stability region, its steps sit well
 # inside, and where accuracy sizes them, its error test is 100 times tighter: its error is then far below
 # the stored run's, and CERTIFICATE_SAFETY times their deviation bounds the stored error wherever its own
@@ -60,9 +62,11 @@ _STEPS_MOVED_TIGHTER = 0.05
 # tests/test_certificate.py at t_max 10,000). 0.7, not 0.5: the same ratios to three digits on those cells
 # and the usa seed of tests/test_certificate.py's matrix that takes this route (its error is as negligible
 # either way; a step at 0.7 of DOPRI5's stability edge damps a stiff mode as one at 0.5 does, |R(z)| ~ 0.2
-# on the negative axis) for 1.76 of the stored run's field evaluations instead of 2.49. A cell the cost
-# model says stability sizes (resources.stability_sized) gets it alone: the others' steps cannot move.
+# on the negative axis) for 1.76 of the stored run's field evaluations instead of 2.49 (on the grid of caps
+# before 8). A cell the cost model says stability sizes (resources.stability_sized) gets it alone: the
+# others' steps cannot move.
 CERTIFICATE_CAP = 0.7
+_CAP_GROUP_SPAN = np.sqrt(2.0)
 # Where two runs differ by this much of a variable's largest value, the error no longer follows the
 # tolerance (it saturates at the size of the variable): measured, a looser companion then read 2.7x under a
 # seed's error (usa, beta 6, rtol 1e-3). Such a seed is uncertified; the cell is far above CERTIFICATE_BOUND.
@@ -119,13 +123,10 @@ def _capped(cell, problem, seeds, times, result):
     rtol, atol = max(cell.rtol / CERTIFICATE_TIGHTER, MIN_RTOL), cell.atol / CERTIFICATE_TIGHTER
     max_steps = min(_CERTIFICATE_STEP_FACTOR * cell.max_steps, INT64_MAX)
     cap = CERTIFICATE_CAP / _steps_per_time(result, times)[seeds]
-    # Caps a factor sqrt 2 apart share a run (each seed's at most its own).
-    level = np.floor(2.0 * np.log2(cap))
     parts = []
-    for value in np.unique(level):
-        group = np.flatnonzero(level == value)
+    for group in _cap_groups(cap):
         rows = problem.rows(seeds[group])
-        run = integrate(cell, rows, times, Controller(rtol, atol, max_steps, max_step=2.0 ** (value / 2)),
+        run = integrate(cell, rows, times, Controller(rtol, atol, max_steps, max_step=cap[group].min()),
                         strict=False)
         parts.append((group, run))
     companion = _assemble(parts, seeds.size)
@@ -134,6 +135,18 @@ def _capped(cell, problem, seeds, times, result):
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = _steps_per_time(companion, times) / _steps_per_time(result, times)[seeds]
     return companion, rtol, (ratio >= 0.95 / CERTIFICATE_CAP) & ~failed, failed
+
+
+def _cap_groups(cap) -> list[np.ndarray]:
+    """Seeds whose caps lie within ``_CAP_GROUP_SPAN`` of the smallest among them, one run a group at that
+    smallest cap (each seed's at most its own): from the smallest cap up."""
+    order = np.argsort(cap, kind="stable")
+    groups, start = [], 0
+    while start < order.size:
+        end = start + int(np.searchsorted(cap[order[start:]], cap[order[start]] * _CAP_GROUP_SPAN, "right"))
+        groups.append(np.sort(order[start:end]))
+        start = end
+    return groups
 
 
 def _assemble(parts, size):
