@@ -238,6 +238,21 @@ def test_capped_groups_run_at_their_smallest_cap_within_sqrt_2():
     assert [g.tolist() for g in groups] == [[0, 2, 7], [3, 5], [1, 6], [4, 8]]
 
 
+def test_companions_record_only_the_groups_the_certificate_compares(monkeypatch):
+    # energy_path costs a field evaluation at every accepted step for a variable the certificate leaves out,
+    # and the cluster count is an integer: a companion without them certifies every seed alike, for less.
+    import attnflow.certificate as certificate_module
+
+    cell = Cell(H=2, n=6, d=6, beta=2.0, heads="random", attention="softmax", seeds=4, t_max=4.0,
+                n_samples=9, observables=["clusters", "energy", "energy_path", "radial"])
+    assert certificate_module._compared(cell) == ("cosines", "energy", "radial")
+    lean = simulate(cell)
+    monkeypatch.setattr(certificate_module, "_compared", lambda c: c.observables)
+    every = simulate(cell)
+    np.testing.assert_array_equal(lean.certificate_error.values, every.certificate_error.values)
+    assert lean.attrs["certificate_rhs_calls"] < every.attrs["certificate_rhs_calls"]
+
+
 def test_every_seed_is_rerun_and_the_certificate_is_off_on_request():
     cell = Cell(seeds=5, t_max=2.0)
     ds = simulate(cell)

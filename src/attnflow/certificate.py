@@ -13,7 +13,7 @@ from .attention import ATTENTIONS
 from .cell import INT64_MAX, MIN_RTOL
 from .contract import Controller, Problem
 from .engines import integrate
-from .observables import variables
+from .observables import GROUPS, canonical_groups, variables
 
 # Accuracy certificate (docs/model.md, "Numerics"): every seed is integrated a second time, all seeds in
 # one batch, and a seed's ``certificate_error`` is the largest deviation of its recorded variables between
@@ -87,6 +87,21 @@ class Certified(IntEnum):
     CAPPED = 7  # CERTIFICATE_SAFETY times the deviation from a tighter run with capped steps
 
 
+def _compared(cell) -> tuple[str, ...]:
+    """The cell's observable groups with a variable the certificate compares (``_certified``): a companion
+    records only these. Left out: ``energy_path`` (a field evaluation at every accepted step, 1 in 7 of
+    the companion's, for a least over the integrator's own steps) and ``clusters`` (a count)."""
+    certified = _certified(cell)
+    return tuple(g for g in canonical_groups(cell.observables)
+                 if any(v.name in certified for v in GROUPS.get(g).variables))
+
+
+def _certified(cell) -> set[str]:
+    """The names of the recorded float variables the certificate covers (an integer count flips when a
+    pair sits at the threshold, whatever the accuracy)."""
+    return {v.name for v in variables(cell.observables) if v.certified and v.dtype.startswith("float")}
+
+
 def _steps_per_time(result, times) -> np.ndarray:
     """Accepted steps per unit of the time a run covered (runs that stop at their criterion stop apart)."""
     return result.n_steps / np.maximum(result.t_stop - times[0], np.finfo(float).tiny)
@@ -102,7 +117,8 @@ def _companion(cell, problem, seeds, times, result, looser: bool):
         # Clamped to int64, the engine's step counter (Cell allows max_steps up to its maximum).
         max_steps = min(_CERTIFICATE_STEP_FACTOR * cell.max_steps, INT64_MAX)
     rows = problem if seeds.size == result.n_steps.size else problem.rows(seeds)  # every seed: no copies
-    companion = integrate(cell, rows, times, Controller(rtol, atol, max_steps), strict=False)
+    companion = integrate(cell, rows, times, Controller(rtol, atol, max_steps), strict=False,
+                          groups=_compared(cell))
     failed = companion.status != 0
     # DOPRI5 sizes its steps like tol^(1/5) where accuracy limits them: the companion's step count over
     # the stored run's is then (rtol ratio)^(-1/5) (0.63 looser, 2.5 tighter). Where it stays near 1 the
@@ -127,7 +143,7 @@ def _capped(cell, problem, seeds, times, result):
     for group in _cap_groups(cap):
         rows = problem.rows(seeds[group])
         run = integrate(cell, rows, times, Controller(rtol, atol, max_steps, max_step=cap[group].min()),
-                        strict=False)
+                        strict=False, groups=_compared(cell))
         parts.append((group, run))
     companion = _assemble(parts, seeds.size)
     failed = companion.status != 0
@@ -203,7 +219,7 @@ def certify_seeds(cell, result, problem: Problem, times, skip=None) -> tuple[dic
            "certificate_rhs_calls": 0}
     reasons = {}
     pending = np.flatnonzero(measured)
-    certified = {v.name for v in variables(cell.observables) if v.certified and v.dtype.startswith("float")}
+    certified = _certified(cell)
     no_room = max(cell.rtol / CERTIFICATE_TIGHTER, MIN_RTOL) > cell.rtol / CERTIFICATE_LOOSER
     for route in routes:
         if not pending.size:

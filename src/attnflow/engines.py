@@ -59,10 +59,12 @@ if set(_CHOICES) != set(ENGINES):  # every declared choice has its rule
     raise NotImplementedError(f"attnflow.engines: rules for {sorted(_CHOICES)}, Cell.engine has {ENGINES}")
 
 
-def integrate(cell, problem: Problem, times, controller: Controller, strict=True):
+def integrate(cell, problem: Problem, times, controller: Controller, strict=True, groups=None):
     """The cell's engine on ``problem`` with the cell's samples and criterion: the one spelling of the
-    call (the certificate's rerun differs in the controller and the seeds alone). ``strict``: a
-    trajectory that fails raises ``IntegrationError``; else it comes back with its ``status``."""
-    return solver_for(cell)(problem, controller, SaveAt(times, cell.observables, cell.cluster_eps),
+    call (the certificate's rerun differs in the controller, the seeds and the observable ``groups``
+    alone: None, the cell's). ``strict``: a trajectory that fails raises ``IntegrationError``; else it
+    comes back with its ``status``."""
+    groups = cell.observables if groups is None else groups
+    return solver_for(cell)(problem, controller, SaveAt(times, groups, cell.cluster_eps),
                             ClusterEvent(cell.cluster_metric, cell.cluster_threshold, cell.stop_at_cluster),
                             strict=strict)
