@@ -236,6 +236,9 @@ def test_capped_groups_run_at_their_smallest_cap_within_sqrt_2():
         step = cap[group].min()
         assert np.all(step <= cap[group]) and np.all(cap[group] <= np.sqrt(2.0) * step)
     assert [g.tolist() for g in groups] == [[0, 2, 7], [3, 5], [1, 6], [4, 8]]
+    for bad in (-1.0, 0.0, np.nan):  # never a run at an invalid step, nor a loop that cannot advance
+        with pytest.raises(ValueError, match="caps must be > 0"):
+            _cap_groups(np.array([bad, 0.5]))
 
 
 def test_companions_record_only_the_groups_the_certificate_compares(monkeypatch):

@@ -156,6 +156,8 @@ def _capped(cell, problem, seeds, times, result):
 def _cap_groups(cap) -> list[np.ndarray]:
     """Seeds whose caps lie within ``_CAP_GROUP_SPAN`` of the smallest among them, one run a group at that
     smallest cap (each seed's at most its own): from the smallest cap up."""
+    if not np.all(cap > 0.0):  # a cap is 0.7 over steps per unit time: > 0 (inf for no step), never NaN
+        raise ValueError(f"capped companion: caps must be > 0, got {cap[~(cap > 0.0)][:3]}")
     order = np.argsort(cap, kind="stable")
     groups, start = [], 0
     while start < order.size:
