@@ -139,11 +139,12 @@ def _capped(cell, problem, seeds, times, result):
     rtol, atol = max(cell.rtol / CERTIFICATE_TIGHTER, MIN_RTOL), cell.atol / CERTIFICATE_TIGHTER
     max_steps = min(_CERTIFICATE_STEP_FACTOR * cell.max_steps, INT64_MAX)
     cap = CERTIFICATE_CAP / _steps_per_time(result, times)[seeds]
+    groups = _compared(cell)
     parts = []
     for group in _cap_groups(cap):
         rows = problem.rows(seeds[group])
         run = integrate(cell, rows, times, Controller(rtol, atol, max_steps, max_step=cap[group].min()),
-                        strict=False, groups=_compared(cell))
+                        strict=False, groups=groups)
         parts.append((group, run))
     companion = _assemble(parts, seeds.size)
     failed = companion.status != 0

@@ -157,7 +157,7 @@ class Normalization(Experiment):
         # A closed-form time past float64's range (pre_ln's radius at large beta, theory.
         # equiangular_scheme_time) has no point on the axis: a triangle at the top says where the line goes.
         beyond = [(g, b) for g in geometries for b in betas
-                  if np.isinf(float(ds.t_closed.sel(geometry=g, beta=b)))]
+                  if np.isposinf(float(ds.t_closed.sel(geometry=g, beta=b)))]
         for k, (g, b) in enumerate(beyond):  # the schemes past it at one beta stacked down from the top
             below = sum(1 for _, at in beyond[:k] if at == b)
             ax_time.plot(b, 0.96 - 0.07 * below, "^", color=colours[g], ms=6,
