@@ -248,17 +248,14 @@ def test_an_experiment_declares_every_figure_it_draws():
 
 
 
-def test_normalization_marks_a_closed_form_time_past_float_range(tmp_path):
-    # Pre-LN's quadrature time at beta = 16 is past 1e300 (its radius leaves float64's range first:
-    # theory.equiangular_scheme_time returns inf). Its line cannot reach that beta on a log axis; a
-    # triangle at the top edge, with its legend entry, says where it goes instead of a silent gap.
+def _normalization_figure(tmp_path, geometries, betas):
+    """The normalization figure of a tiny sweep (two seeds to t = 5, equiangular starts)."""
     from attnflow.aggregate import aggregate
     from attnflow.config import validate
-    from attnflow.plotting import plt
     from attnflow.run.batch import run_batch
 
     block = {"fixed": {"seeds": 2, "t_max": 5.0, "n_samples": 9},
-             "grid": {"geometry": ["sphere", "pre_ln"], "init": ["equiangular"], "beta": [4.0, 16.0]}}
+             "grid": {"geometry": geometries, "init": ["equiangular"], "beta": betas}}
     sweep = validate({"results": str(tmp_path / "results"), "dask_scheduler": "synchronous",
                       "experiments": {"normalization": block}})
     for batch, cells in sweep.batches.items():
@@ -266,11 +263,37 @@ def test_normalization_marks_a_closed_form_time_past_float_range(tmp_path):
     spec, path = sweep.specs["normalization"], sweep.layout.summary("normalization")
     experiment = sweep.experiments.get("normalization")
     aggregate(experiment, spec, sweep.entries("normalization"), path, scheduler="synchronous")
-    fig = experiment.plot(xr.open_zarr(f"zip::{path}"), spec)
+    return experiment.plot(xr.open_zarr(f"zip::{path}"), spec)
+
+
+def test_normalization_marks_a_closed_form_time_past_float_range(tmp_path):
+    # Pre-LN's quadrature time at beta = 16 is past float64 (it grows with the radius: theory.
+    # equiangular_scheme_time returns inf). Its line cannot reach that beta on a log axis; a triangle at
+    # the top edge, with its legend entry, says where it goes instead of a silent gap.
+    from attnflow.plotting import plt
+
+    fig = _normalization_figure(tmp_path, ["sphere", "pre_ln"], [4.0, 16.0])
     ax = fig.axes[0]
     triangles = [line for line in ax.lines if line.get_marker() == "^" and len(line.get_xdata())]
     pre_ln = next(line for line in ax.lines if line.get_label() == "pre_ln")
     assert [(float(line.get_xdata()[0]), line.get_color()) for line in triangles] == \
         [(16.0, pre_ln.get_color())], "one triangle, pre_ln's colour, at beta = 16"
-    assert "quadrature past 1e300" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "quadrature past 1.8e308" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+
+
+def test_normalization_draws_panel_a_with_no_finite_time(tmp_path):
+    # Every closed form past float64 (pre_ln and peri_ln at beta 16 and 20) and every particle median
+    # censored (t_max 5, far short of the level): the log axis had nothing to scale to and the figure raised
+    # ("Data cannot be log-scaled"). It draws, with the four triangles and a word in the panel.
+    import io
+
+    from attnflow.plotting import plt
+
+    fig = _normalization_figure(tmp_path, ["pre_ln", "peri_ln"], [16.0, 20.0])
+    fig.savefig(io.BytesIO(), format="png")  # the draw that raised
+    ax = fig.axes[0]
+    triangles = [line for line in ax.lines if line.get_marker() == "^" and len(line.get_xdata())]
+    assert sorted(float(line.get_xdata()[0]) for line in triangles) == [16.0, 16.0, 20.0, 20.0]
+    assert any("no finite time" in text.get_text() for text in ax.texts)
     plt.close(fig)

@@ -148,13 +148,37 @@ def test_initial_drive_bounds_the_time_to_one_half(attention):
             assert initial_drive_bound(attention, g0, 0.5, n, 1.0, [0.7, 1.3]) >= exact
 
 
-def test_the_equiangular_time_of_a_radius_beyond_float_range_is_infinite():
-    # Pre-LN and Peri-LN at beta = 16: the radius passes e^700 long before the level (log r grows like
-    # e^{beta lambda (1 - gamma)}), so the time, at least r / G over the rest of the way, is beyond float64:
-    # inf, where the quadrature overflowed and raised (paper.yaml's normalization summary failed).
-    lambdas = np.array([0.6, 1.0])
-    for geometry in ("pre_ln", "peri_ln"):
-        times = [theory.equiangular_scheme_time(0.05, 0.99, lambdas, beta, 6, geometry)
-                 for beta in (4.0, 8.0, 16.0)]
-        assert np.isfinite(times[:2]).all() and times[0] < times[1] and times[2] == np.inf, (geometry, times)
-    assert np.isfinite(theory.equiangular_scheme_time(0.05, 0.99, lambdas, 16.0, 6, "sphere"))
+def _log_scheme_time_by_nested_quadrature(gamma0, gamma1, lambdas, beta, n, speed_times_r):
+    """log T by scipy's QUADPACK, in log space: log r(gamma) an inner quadrature of g / G, and
+    T = e^M int e^{log r - M} / (s r G) dgamma with M the largest log r on a grid (no overflow)."""
+    from scipy.integrate import quad
+
+    def parts(gamma):
+        return theory.equiangular_scheme_parts(gamma, lambdas, beta, n)
+
+    def log_r(gamma):
+        return quad(lambda g: parts(g)[1] / parts(g)[0], gamma0, gamma, epsabs=0, epsrel=1e-12, limit=200)[0]
+
+    top = max(log_r(g) for g in np.linspace(gamma0, gamma1, 201))
+    integral = quad(lambda g: np.exp(log_r(g) - top) / (speed_times_r(parts(g)[2]) * parts(g)[0]), gamma0,
+                    gamma1, epsabs=0, epsrel=1e-11, limit=400)[0]
+    return np.log(integral) + top
+
+
+@pytest.mark.parametrize("geometry, speed_times_r",
+                         [("pre_ln", lambda u: 1.0), ("peri_ln", lambda u: 1.0 / u)])
+def test_the_equiangular_time_of_a_radius_beyond_float_range_is_infinite(geometry, speed_times_r):
+    # Pre-LN and Peri-LN: log r grows like e^{beta lambda (1 - gamma)}, and the time with it. Up to the end
+    # of float64 (T ~ 5e297 at beta 15.5) the time is the nested quadrature's, an independent route (QUADPACK
+    # in log space, rtol 1e-11: 1e-9 in log T leaves a margin over both); past it, inf. The quadrature in T
+    # itself overflowed and raised from beta 20 (and before that at 16, where paper.yaml's summary failed).
+    lambdas, n = np.array([0.6, 1.0]), 6
+    for beta in (4.0, 14.0, 15.5):
+        expected = _log_scheme_time_by_nested_quadrature(0.05, 0.99, lambdas, beta, n, speed_times_r)
+        got = theory.equiangular_scheme_time(0.05, 0.99, lambdas, beta, n, geometry)
+        assert np.log(got) == pytest.approx(expected, abs=1e-9), (beta, got)
+    assert expected > 680.0  # beta 15.5 is near the end of float64 (log 1.8e308 = 709.8)
+    with np.errstate(all="raise"):  # no overflow reaches numpy unguarded
+        for beta in (16.0, 20.0, 100.0, 599.0):  # 599: the last beta a cell allows (beta lambda <= 600)
+            assert theory.equiangular_scheme_time(0.05, 0.99, lambdas, beta, n, geometry) == np.inf, beta
+    assert np.isfinite(theory.equiangular_scheme_time(0.05, 0.99, lambdas, 16.0, n, "sphere"))

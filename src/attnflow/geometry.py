@@ -48,7 +48,9 @@ class Geometry:
     on_sphere: bool  # the state stays on the unit sphere: retracted after every step, its drift checked
     speed_text: str  # s_k in dtheta_k/dt = s_k P(u_k), in words ("" where the flow is not a sphere flow)
     description: str
-    # s_k from (r_k, ||u_k||, ngpt_alpha), numpy arrays; None where the flow is not a sphere flow (flat)
+    # s_k from (r_k, ||u_k||, ngpt_alpha), numpy arrays; None where the flow is not a sphere flow (flat).
+    # With radii it is 1/r_k times a function of ||u_k|| (the update does not grow with the radius; the
+    # closed-form times rely on it: theory.equiangular_scheme_time).
     speed: Callable | None = None
     uses: tuple[str, ...] = ()  # cell fields it reads (reset to their defaults elsewhere)
 

@@ -323,8 +323,9 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
     """Time for the common cosine to go from ``gamma0`` to ``gamma1`` in ``geometry``, a quadrature in
     ``gamma``: ``T = int dgamma / (s G)`` with ``log r(gamma) = int g / G`` where the state carries
     radii (the speed drops out of ``dr/dgamma``), ``r = 1`` elsewhere. For pre_ln that is
-    ``T_pre = int r(gamma) / G(gamma) dgamma`` (docs/model.md, result 12). Both integrals run together
-    on scipy's DOP853 in ``gamma`` at rtol 1e-13; scalar arguments, ``lambdas`` one head vector."""
+    ``T_pre = int r(gamma) / G(gamma) dgamma`` (docs/model.md, result 12). The integrals run on scipy's
+    DOP853 in ``gamma`` at rtol 1e-13, in log r; ``inf`` where the time is past float64's largest
+    (pre_ln and peri_ln from beta ~ 16 at lambda ~ 1). Scalar arguments, ``lambdas`` one head vector."""
     from scipy.integrate import solve_ivp
 
     from .geometry import GEOMETRIES, Geometry
@@ -333,26 +334,56 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
     if shape.speed is None:
         raise ValueError(f"geometry = {shape.name!r}: no sphere flow, no equiangular ODE of the directions")
 
-    def rhs(gamma, y):
+    def unscaled_rate(gamma):  # 1 / (s r G): s r is free of r (geometry.Geometry.speed)
         rate, radial, norm = equiangular_scheme_parts(gamma, lambdas, beta, n)
-        s = shape.speed(np.exp(y[0]), norm, ngpt_alpha)
-        return [radial / rate if shape.radii else 0.0, 1.0 / (s * rate)]
+        return 1.0 / (shape.speed(1.0, norm, ngpt_alpha) * rate), radial / rate
 
-    # At large beta the radius of pre_ln grows past float64's range before the level (log r ~ 1e6 at
-    # beta = 16): the time to the level, at least r / G over the rest of the way, is then beyond it too.
-    def beyond_range(gamma, y):
-        return _LOG_LARGEST_RADIUS - y[0]
+    span = (float(gamma0), float(gamma1))
+    # S(gamma) = int 1 / (s r G): the time itself where r = 1, and the time per unit radius otherwise.
+    # (over: a step's error norm squares the rates, up to e^{beta lambda} ~ 1e250 at beta lambda = 600)
+    with np.errstate(over="ignore"):
+        plain = solve_ivp(lambda gamma, y: [unscaled_rate(gamma)[0]], span, [0.0], method="DOP853",
+                          rtol=1e-13, atol=1e-15, dense_output=shape.radii)
+    if not plain.success:
+        raise RuntimeError(f"equiangular time ({shape.name}) failed: {plain.message}")
+    if not shape.radii:
+        return float(plain.y[0, -1])
+    # With radii T = int r dS grows with r (pre_ln: dT/dgamma = r / G), past float64 at large beta (log r
+    # ~ 1e6 at beta = 16) long before the level; the direct T overflowed at beta >= 20 and raised. First
+    # log r alone (its rate does not depend on it, never stiff): T exceeds r(gamma) (S(gamma1) - S(gamma))
+    # at every gamma (r grows), so T = inf once that leaves float64. Otherwise log r and w = T / r, both of
+    # float size while T is (dw/dgamma = dS/dgamma - w dlog r/dgamma), and T = inf if log w + log r leaves
+    # float64 on the way. (w alongside log r from the start: its decay rate, dlog r/dgamma up to
+    # e^{beta lambda}, outruns any explicit step where the time is far out of range.)
+    def rest(gamma):  # S(gamma1) - S(gamma)
+        return plain.y[0, -1] - plain.sol(gamma)[0]
 
-    beyond_range.terminal = True
-    with np.errstate(over="ignore", invalid="ignore"):  # a trial step past the range, rejected
-        sol = solve_ivp(rhs, (float(gamma0), float(gamma1)), [0.0, 0.0], method="DOP853", rtol=1e-13,
-                        atol=1e-15, events=beyond_range if shape.radii else None)
-    if shape.radii and sol.status == 1:
+    def bound_beyond_range(gamma, y):
+        return _LOG_LARGEST - y[0] - np.log(max(rest(gamma), np.finfo(float).tiny))
+
+    def time_beyond_range(gamma, y):
+        return _LOG_LARGEST - y[0] - np.log(max(y[1], np.finfo(float).tiny))
+
+    bound_beyond_range.terminal = time_beyond_range.terminal = True
+    with np.errstate(over="ignore"):  # as for S: log r's rate reaches e^{beta lambda}
+        radius = solve_ivp(lambda gamma, y: [unscaled_rate(gamma)[1]], span, [0.0], method="DOP853",
+                           rtol=1e-13, atol=1e-15, events=bound_beyond_range)
+    if radius.status == 1:
         return float("inf")
-    if not sol.success:
-        raise RuntimeError(f"equiangular time ({shape.name}) failed: {sol.message}")
-    return float(sol.y[1, -1])
+
+    def rhs(gamma, y):
+        speed, growth = unscaled_rate(gamma)
+        return [growth, speed - y[1] * growth]
+
+    sol = solve_ivp(rhs, span, [0.0, 0.0], method="DOP853", rtol=1e-13, atol=1e-15, events=time_beyond_range)
+    if sol.status == 1:
+        return float("inf")
+    for run in (radius, sol):
+        if not run.success:
+            raise RuntimeError(f"equiangular time ({shape.name}) failed: {run.message}")
+    log_r, scaled = sol.y[:, -1]
+    return float(scaled * np.exp(log_r))
 
 
-# log r past which a radius, and a time that grows with it, leaves float64 (e^700 ~ 1e304).
-_LOG_LARGEST_RADIUS = 700.0
+# log T past which a time leaves float64 (e^709.78 ~ 1.8e308).
+_LOG_LARGEST = float(np.log(np.finfo(float).max))

@@ -73,10 +73,10 @@ class Normalization(Experiment):
                "heads). (a) Clustering time (the mean cosine reaching the threshold) over (scheme, beta): "
                "dots, particles from equiangular starts (median over seeds); circles, uniform starts "
                "(median; censored medians, not clustered by t_max, are not drawn); lines, the closed-form "
-               "quadrature of the equiangular ODEs; a triangle at the top, a quadrature time past 1e300 "
-               "(Pre-LN's and Peri-LN's radii leave float64's range before the level at large beta, as at "
-               "beta = 16). (b) epsilon = 1 - gamma_min against time on log-log axes from the equiangular "
-               "start at the smallest beta: Pre-LN's slope -2 (dashed) and "
+               "quadrature of the equiangular ODEs; a triangle at the top, a quadrature time past 1.8e308 "
+               "(float64's largest: Pre-LN's and Peri-LN's times grow with their radii, past it at large "
+               "beta, as at beta = 16). (b) epsilon = 1 - gamma_min against time on log-log axes from the "
+               "equiangular start at the smallest beta: Pre-LN's slope -2 (dashed) and "
                "Post-LN's exp(-2 Lambda t) (dotted) drawn through the late samples. (c) Clusters left at a "
                "fixed depth from uniform starts (mean over seeds), per scheme and beta: the paper's "
                "representation collapse as a map. (d) The mean radius from the equiangular start.")
@@ -163,14 +163,22 @@ class Normalization(Experiment):
             ax_time.plot(b, 0.96 - 0.07 * below, "^", color=colours[g], ms=6,
                          transform=ax_time.get_xaxis_transform(), clip_on=False)
         if beyond:
-            ax_time.plot([], [], "^", color="0.3", ms=6, label="quadrature past 1e300")
+            ax_time.plot([], [], "^", color="0.3", ms=6, label="quadrature past 1.8e308")
         ax_time.set_xscale("log")
+        ax_time.set_xticks(betas, [f"{b:g}" for b in betas])  # the grid's betas, not crowded minor labels
+        ax_time.minorticks_off()
         ax_time.set_yscale("log")
+        drawn = np.concatenate([ds.t_closed.values.ravel(), ds.t_median.values.ravel()])
+        if not np.any(np.isfinite(drawn) & (drawn > 0)):  # a log axis with nothing on it cannot autoscale
+            ax_time.set_ylim(1.0, 10.0)
+            ax_time.text(0.5, 0.5, "no finite time: quadratures past range,\nparticle medians censored",
+                         transform=ax_time.transAxes, ha="center", va="center", fontsize=8, color="0.3")
         ax_time.set_xlabel(r"inverse temperature $\beta$")
         ax_time.set_ylabel(r"clustering time (to $\bar\gamma$ = " + f"{ds.attrs['level']:g})")
         gap = ds.attrs.get("max_rel_gap", np.nan)
-        ax_time.set_title(wrap(f"(a) lines: quadrature; dots: equiangular, circles: uniform; "
-                               f"largest gap {gap:.1e}", 0.48 * width, 8), loc="left")
+        gap_text = f"; largest gap {gap:.1e}" if np.isfinite(gap) else ""
+        ax_time.set_title(wrap(f"(a) lines: quadrature; dots: equiangular, circles: uniform{gap_text}",
+                               0.48 * width, 8), loc="left")
         ax_time.legend(fontsize=7, loc="upper left")
         # (b) epsilon against time, log-log, at the smallest beta
         beta0 = betas.min()
