@@ -150,7 +150,7 @@ def test_initial_drive_bounds_the_time_to_one_half(attention):
 
 def _log_scheme_time_by_nested_quadrature(gamma0, gamma1, lambdas, beta, n, speed_times_r):
     """log T by scipy's QUADPACK, in log space: log r(gamma) an inner quadrature of g / G, and
-    T = e^M int e^{log r - M} / (s r G) dgamma with M the largest log r on a grid (no overflow)."""
+    T = e^M int e^{log r - M} / (s r G) dgamma with M = log r(gamma1), the largest (g > 0: r grows)."""
     from scipy.integrate import quad
 
     def parts(gamma):
@@ -159,7 +159,7 @@ def _log_scheme_time_by_nested_quadrature(gamma0, gamma1, lambdas, beta, n, spee
     def log_r(gamma):
         return quad(lambda g: parts(g)[1] / parts(g)[0], gamma0, gamma, epsabs=0, epsrel=1e-12, limit=200)[0]
 
-    top = max(log_r(g) for g in np.linspace(gamma0, gamma1, 201))
+    top = log_r(gamma1)
     integral = quad(lambda g: np.exp(log_r(g) - top) / (speed_times_r(parts(g)[2]) * parts(g)[0]), gamma0,
                     gamma1, epsabs=0, epsrel=1e-11, limit=400)[0]
     return np.log(integral) + top
@@ -173,7 +173,7 @@ def test_the_equiangular_time_of_a_radius_beyond_float_range_is_infinite(geometr
     # in log space, rtol 1e-11: 1e-9 in log T leaves a margin over both); past it, inf. The quadrature in T
     # itself overflowed and raised from beta 20 (and before that at 16, where paper.yaml's summary failed).
     lambdas, n = np.array([0.6, 1.0]), 6
-    for beta in (4.0, 14.0, 15.5):
+    for beta in (4.0, 15.5):
         expected = _log_scheme_time_by_nested_quadrature(0.05, 0.99, lambdas, beta, n, speed_times_r)
         got = theory.equiangular_scheme_time(0.05, 0.99, lambdas, beta, n, geometry)
         assert np.log(got) == pytest.approx(expected, abs=1e-9), (beta, got)
