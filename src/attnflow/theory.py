@@ -370,6 +370,8 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
                            rtol=1e-13, atol=1e-15, events=bound_beyond_range)
     if radius.status == 1:
         return float("inf")
+    if not radius.success:
+        raise RuntimeError(f"equiangular time ({shape.name}) failed: {radius.message}")
 
     def rhs(gamma, y):
         speed, growth = unscaled_rate(gamma)
@@ -378,9 +380,8 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
     sol = solve_ivp(rhs, span, [0.0, 0.0], method="DOP853", rtol=1e-13, atol=1e-15, events=time_beyond_range)
     if sol.status == 1:
         return float("inf")
-    for run in (radius, sol):
-        if not run.success:
-            raise RuntimeError(f"equiangular time ({shape.name}) failed: {run.message}")
+    if not sol.success:
+        raise RuntimeError(f"equiangular time ({shape.name}) failed: {sol.message}")
     log_r, scaled = sol.y[:, -1]
     return float(scaled * np.exp(log_r))
 
