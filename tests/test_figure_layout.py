@@ -297,3 +297,18 @@ def test_normalization_draws_panel_a_with_no_finite_time(tmp_path):
     assert sorted(float(line.get_xdata()[0]) for line in triangles) == [16.0, 16.0, 20.0, 20.0]
     assert any("no finite time" in text.get_text() for text in ax.texts)
     plt.close(fig)
+
+
+def test_normalization_draws_a_closed_form_time_alone_between_infs(tmp_path):
+    # Pre-LN's quadrature at beta = 4 is finite, at 16 past float64: its line has one finite point, which
+    # plot() draws as nothing (no marker), so the closed form was missing from panel (a). A dash marks it.
+    from attnflow.plotting import plt
+
+    fig = _normalization_figure(tmp_path, ["sphere", "pre_ln"], [4.0, 16.0])
+    ax = fig.axes[0]
+    pre_ln = next(line for line in ax.lines if line.get_label() == "pre_ln")
+    dashes = [line for line in ax.lines if line.get_marker() == "_" and len(line.get_xdata())]
+    assert [(list(line.get_xdata()), line.get_color()) for line in dashes] == [([4.0], pre_ln.get_color())]
+    assert float(dashes[0].get_ydata()[0]) == float(pre_ln.get_ydata()[0])
+    assert "circles" not in ax.get_title(loc="left"), "no uniform starts in this grid, no circles to name"
+    plt.close(fig)

@@ -149,7 +149,13 @@ class Normalization(Experiment):
         # (a) clustering time against beta, closed form and particles
         for g in geometries:
             c = colours[g]
-            ax_time.plot(betas, ds.t_closed.sel(geometry=g), color=c, lw=1.5, label=g)
+            closed = ds.t_closed.sel(geometry=g).values
+            ax_time.plot(betas, closed, color=c, lw=1.5, label=g)
+            # A finite time with no finite neighbour (one beta, or the last before inf) is a line of one
+            # point, which draws nothing: a dash marks it.
+            ok = np.isfinite(closed) & (closed > 0)
+            alone = ok & ~np.r_[False, ok[:-1]] & ~np.r_[ok[1:], False]
+            ax_time.plot(betas[alone], closed[alone], "_", color=c, ms=10, mew=1.5)
             ax_time.plot(betas, ds.t_median.sel(geometry=g, init="equiangular"), "o", color=c, ms=5)
             if "uniform" in ds.init.values:
                 ax_time.plot(betas, ds.t_median.sel(geometry=g, init="uniform"), "o", mfc="none", color=c,
@@ -177,7 +183,8 @@ class Normalization(Experiment):
         ax_time.set_ylabel(r"clustering time (to $\bar\gamma$ = " + f"{ds.attrs['level']:g})")
         gap = ds.attrs.get("max_rel_gap", np.nan)
         gap_text = f"; largest gap {gap:.1e}" if np.isfinite(gap) else ""
-        ax_time.set_title(wrap(f"(a) lines: quadrature; dots: equiangular, circles: uniform{gap_text}",
+        circles = ", circles: uniform" if "uniform" in ds.init.values else ""  # none drawn otherwise
+        ax_time.set_title(wrap(f"(a) lines: quadrature; dots: equiangular{circles}{gap_text}",
                                0.48 * width, 8), loc="left")
         ax_time.legend(fontsize=7, loc="upper left")
         # (b) epsilon against time, log-log, at the smallest beta
