@@ -178,7 +178,64 @@ def test_the_equiangular_time_of_a_radius_beyond_float_range_is_infinite(geometr
         got = theory.equiangular_scheme_time(0.05, 0.99, lambdas, beta, n, geometry)
         assert np.log(got) == pytest.approx(expected, abs=1e-9), (beta, got)
     assert expected > 680.0  # beta 15.5 is near the end of float64 (log 1.8e308 = 709.8)
-    with np.errstate(all="raise"):  # no overflow reaches numpy unguarded
+    with np.errstate(over="raise", divide="raise", invalid="raise"):  # none reaches numpy unguarded
         for beta in (16.0, 20.0, 100.0, 599.0):  # 599: the last beta a cell allows (beta lambda <= 600)
             assert theory.equiangular_scheme_time(0.05, 0.99, lambdas, beta, n, geometry) == np.inf, beta
     assert np.isfinite(theory.equiangular_scheme_time(0.05, 0.99, lambdas, 16.0, n, "sphere"))
+
+
+def _sphere_time_by_quadpack(gamma0, gamma1, lambdas, beta, n):
+    """``int dgamma / G`` by QUADPACK in ``u = log((gamma - low) / (1 - gamma))`` (smooth at both ends), the
+    rate ``G`` straight from ``equiangular_scheme_parts`` and scaled by its value at ``gamma0`` (the
+    integrand stays near 1 where ``1 / G`` reaches 1e257)."""
+    from scipy.integrate import quad
+
+    low = -1.0 / (n - 1.0)
+
+    def rate(gamma):
+        return theory.equiangular_scheme_parts(gamma, np.asarray(lambdas, dtype=float), beta, n)[0]
+
+    scale = rate(gamma0)
+
+    def integrand(u):
+        gamma = low + (1.0 - low) / (1.0 + np.exp(-u))
+        return scale * (gamma - low) * (1.0 - gamma) / (1.0 - low) / rate(gamma)
+
+    ends = [np.log(g - low) - np.log1p(-g) for g in (gamma0, gamma1)]
+    return quad(integrand, *ends, epsabs=0, epsrel=1e-12, limit=400)[0] / scale
+
+
+@pytest.mark.parametrize("gamma0, gamma1, lambdas, beta, n", [
+    (0.0, 0.5, [1.0], 599.0, 2),  # beta lambda at the cells' limit (600): T ~ 1e257
+    (0.0, 0.99, [1.0], 500.0, 6),
+    (-0.25 + 1e-9, 0.99, [0.7, 1.3], 2.0, 5),  # 1e-9 from the least cosine, -1/(n-1)
+    (0.05, 1.0 - 1e-12, [0.7, 1.3], 2.0, 5),  # 1e-12 from 1
+])
+def test_the_scheme_time_holds_at_the_largest_beta_and_at_the_cosine_ends(gamma0, gamma1, lambdas, beta, n):
+    # Found by a hostile tester: each of these raised (step size below spacing) or ran on for minutes: the
+    # quadrature ran in gamma, where the rate vanishes at both ends, and in b ~ e^{-beta lambda (1 - gamma)}
+    # itself. The reference is QUADPACK at rtol 1e-12: 1e-10 leaves a margin over it and DOP853's 1e-13.
+    expected = _sphere_time_by_quadpack(gamma0, gamma1, lambdas, beta, n)
+    loud = dict(over="raise", divide="raise", invalid="raise")  # underflow: b to 0 where it is negligible
+    with np.errstate(**loud):
+        got = theory.equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, "sphere")
+    assert got == pytest.approx(expected, rel=1e-10)
+    with np.errstate(**loud):
+        pre_ln = theory.equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, "pre_ln")
+    # Pre-LN's speed 1/r <= 1 (r grows from 1): slower than Post-LN; at beta lambda = 500-600 past float64.
+    assert pre_ln == np.inf if beta >= 500 else got < pre_ln < np.inf
+
+
+@pytest.mark.parametrize("args, named", [
+    ((0.9, 0.3, [1.0], 1.0, 6), "gamma0 = 0.9, gamma1 = 0.3"),  # a level below the start
+    ((-0.5, 0.9, [1.0], 1.0, 3), "gamma0 = -0.5"),  # the least cosine itself: never leaves it
+    ((0.1, 1.2, [1.0], 1.0, 2), "gamma1 = 1.2"),
+    ((float("nan"), 0.9, [1.0], 1.0, 6), "gamma0 = nan"),  # looped for ever
+    ((0.1, 0.9, [-1.0], 1.0, 6), "lambdas"),
+    ((0.1, 0.9, [0.0, 0.0], 1.0, 6), "lambdas"),
+    ((0.1, 0.9, [1.0], float("nan"), 6), "beta = nan"),
+    ((0.1, 0.9, [1.0], 1.0, 1), "n = 1"),
+])
+def test_the_scheme_time_refuses_what_has_no_time(args, named):
+    with pytest.raises(ValueError, match=named.replace("(", r"\(")):
+        theory.equiangular_scheme_time(*args, "pre_ln")

@@ -324,66 +324,97 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
     ``gamma``: ``T = int dgamma / (s G)`` with ``log r(gamma) = int g / G`` where the state carries
     radii (the speed drops out of ``dr/dgamma``), ``r = 1`` elsewhere. For pre_ln that is
     ``T_pre = int r(gamma) / G(gamma) dgamma`` (docs/model.md, result 12). The integrals run on scipy's
-    DOP853 in ``gamma`` at rtol 1e-13, in log r; ``inf`` where the time is past float64's largest
-    (pre_ln and peri_ln from beta ~ 16 at lambda ~ 1). Scalar arguments, ``lambdas`` one head vector."""
+    DOP853 at rtol 1e-13 in ``x = log((gamma + 1/(n-1)) / (1 - gamma))``, in logarithms; ``inf`` where the
+    time is past float64's largest (pre_ln and peri_ln from beta ~ 16 at lambda ~ 1). Scalar arguments,
+    ``lambdas`` one head vector (>= 0, not all 0); ``ValueError`` unless -1/(n-1) < gamma0 <= gamma1 < 1."""
     from scipy.integrate import solve_ivp
+    from scipy.special import expit
 
     from .geometry import GEOMETRIES, Geometry
 
     shape = geometry if isinstance(geometry, Geometry) else GEOMETRIES.get(geometry)
     if shape.speed is None:
         raise ValueError(f"geometry = {shape.name!r}: no sphere flow, no equiangular ODE of the directions")
+    lambdas = np.asarray(lambdas, dtype=float)
+    if not n >= 2:
+        raise ValueError(f"equiangular time: n = {n!r}: needs n >= 2 tokens")
+    if not (lambdas.ndim == 1 and np.all(np.isfinite(lambdas) & (lambdas >= 0)) and lambdas.sum() > 0):
+        raise ValueError(f"equiangular time: lambdas = {lambdas!r}: finite, >= 0 and not all 0")
+    if not (np.isfinite(beta) and beta > 0):
+        raise ValueError(f"equiangular time: beta = {beta!r}: must be finite and > 0")
+    low = -1.0 / (n - 1.0)  # the equiangular cosine's least value
+    if not low < gamma0 <= gamma1 < 1.0:
+        raise ValueError(f"equiangular time: gamma0 = {gamma0!r}, gamma1 = {gamma1!r}: needs "
+                         f"-1/(n-1) = {low:.6g} < gamma0 <= gamma1 < 1")
+    if gamma0 == gamma1:
+        return 0.0
+    strengths = lambdas[lambdas > 0]
 
-    def unscaled_rate(gamma):  # 1 / (s r G): s r is free of r (geometry.Geometry.speed)
-        rate, radial, norm = equiangular_scheme_parts(gamma, lambdas, beta, n)
-        return 1.0 / (shape.speed(1.0, norm, ngpt_alpha) * rate), radial / rate
+    # In x, dgamma/dx = (gamma - low)(1 - gamma) / (1 - low) cancels the rate's zeros at both ends
+    # (G = 2 b (1 - gamma)(n - 1)(gamma - low), (n - 1)(1 - low) = n): dS/dx = 1 / (2 n b s r) with S the
+    # time per unit radius (the time itself where r = 1; s r is free of r, geometry.Geometry.speed), and
+    # dlog r/dx = g / (2 n b). b ~ e^{-beta lambda (1 - gamma)} spans up to e^{-600}: kept as log b, and
+    # every rate scaled by its value at gamma0 (ell0 below), where the rates are largest (b grows with gamma).
+    def terms(x):
+        """(log of 1 / (2 n b s r), log b, g) at x."""
+        gamma = low + (1.0 - low) * expit(x)
+        _, radial, norm = equiangular_scheme_parts(gamma, strengths, beta, n)  # its b may underflow: harmless
+        log_terms = np.log(strengths) + beta * strengths * (gamma - 1.0) - np.log1p(
+            (n - 1.0) * np.exp(beta * strengths * (gamma - 1.0)))  # log(lambda_h w_h / z_h)
+        top = log_terms.max()
+        log_b = top + np.log(np.sum(np.exp(log_terms - top)))
+        return -np.log(2.0 * n) - log_b - np.log(shape.speed(1.0, norm, ngpt_alpha)), log_b, radial
 
-    span = (float(gamma0), float(gamma1))
-    # S(gamma) = int 1 / (s r G): the time itself where r = 1, and the time per unit radius otherwise.
-    # (over: a step's error norm squares the rates, up to e^{beta lambda} ~ 1e250 at beta lambda = 600)
-    with np.errstate(over="ignore"):
-        plain = solve_ivp(lambda gamma, y: [unscaled_rate(gamma)[0]], span, [0.0], method="DOP853",
-                          rtol=1e-13, atol=1e-15, dense_output=shape.radii)
+    span = (float(np.log(gamma0 - low) - np.log1p(-gamma0)), float(np.log(gamma1 - low) - np.log1p(-gamma1)))
+    ell0, log_b0, _ = terms(span[0])
+    ode = dict(method="DOP853", rtol=1e-13, atol=1e-15)
+    plain = solve_ivp(lambda x, y: [np.exp(terms(x)[0] - ell0)], span, [0.0], dense_output=shape.radii, **ode)
     if not plain.success:
         raise RuntimeError(f"equiangular time ({shape.name}) failed: {plain.message}")
     if not shape.radii:
-        return float(plain.y[0, -1])
+        log_time = ell0 + np.log(plain.y[0, -1])
+        return float(np.exp(log_time)) if log_time < _LOG_LARGEST else float("inf")
     # With radii T = int r dS grows with r (pre_ln: dT/dgamma = r / G), past float64 at large beta (log r
-    # ~ 1e6 at beta = 16) long before the level; the direct T overflowed at beta >= 20 and raised. First
-    # log r alone (its rate does not depend on it, never stiff): T exceeds r(gamma) (S(gamma1) - S(gamma))
-    # at every gamma (r grows), so T = inf once that leaves float64. Otherwise log r and w = T / r, both of
-    # float size while T is (dw/dgamma = dS/dgamma - w dlog r/dgamma), and T = inf if log w + log r leaves
-    # float64 on the way. (w alongside log r from the start: its decay rate, dlog r/dgamma up to
-    # e^{beta lambda}, outruns any explicit step where the time is far out of range.)
-    def rest(gamma):  # S(gamma1) - S(gamma)
-        return plain.y[0, -1] - plain.sol(gamma)[0]
+    # ~ 1e6 at beta = 16) long before the level. First log r alone (its rate does not depend on it),
+    # scaled: log r = q e^{-log(2 n b0)}, dq/dx = g b0 / b. T exceeds r(x) (S(x1) - S(x)) at every x (r
+    # grows), so T = inf once that leaves float64. Otherwise log r and w = T / (r e^{ell0}), both of float
+    # size while T is (dw/dx = dS/dx e^{-ell0} - w dlog r/dx), and T = inf if log T leaves float64 on the
+    # way. (w alongside log r from the start: its decay rate dlog r/dx, up to e^{beta lambda}, would outrun
+    # any explicit step where the time is far out of range.)
+    radius_scale = np.exp(-np.log(2.0 * n) - log_b0)
 
-    def bound_beyond_range(gamma, y):
-        return _LOG_LARGEST - y[0] - np.log(max(rest(gamma), np.finfo(float).tiny))
+    def rest(x):  # (S(x1) - S(x)) e^{-ell0}
+        return plain.y[0, -1] - plain.sol(x)[0]
 
-    def time_beyond_range(gamma, y):
-        return _LOG_LARGEST - y[0] - np.log(max(y[1], np.finfo(float).tiny))
+    def bound_beyond_range(x, y):
+        return _LOG_LARGEST - y[0] * radius_scale - ell0 - np.log(max(rest(x), np.finfo(float).tiny))
+
+    def time_beyond_range(x, y):
+        return _LOG_LARGEST - y[0] - ell0 - np.log(max(y[1], np.finfo(float).tiny))
+
+    def scaled_growth(x, y):
+        _, log_b, radial = terms(x)
+        return [radial * np.exp(log_b0 - log_b)]
+
+    def scaled_time(x, y):
+        ell, log_b, radial = terms(x)
+        growth = radial * np.exp(-np.log(2.0 * n) - log_b)
+        return [growth, np.exp(ell - ell0) - y[1] * growth]
 
     bound_beyond_range.terminal = time_beyond_range.terminal = True
-    with np.errstate(over="ignore"):  # as for S: log r's rate reaches e^{beta lambda}
-        radius = solve_ivp(lambda gamma, y: [unscaled_rate(gamma)[1]], span, [0.0], method="DOP853",
-                           rtol=1e-13, atol=1e-15, events=bound_beyond_range)
+    radius = solve_ivp(scaled_growth, span, [0.0], events=bound_beyond_range, **ode)
     if radius.status == 1:
         return float("inf")
     if not radius.success:
         raise RuntimeError(f"equiangular time ({shape.name}) failed: {radius.message}")
-
-    def rhs(gamma, y):
-        speed, growth = unscaled_rate(gamma)
-        return [growth, speed - y[1] * growth]
-
-    sol = solve_ivp(rhs, span, [0.0, 0.0], method="DOP853", rtol=1e-13, atol=1e-15, events=time_beyond_range)
+    sol = solve_ivp(scaled_time, span, [0.0, 0.0], events=time_beyond_range, **ode)
     if sol.status == 1:
         return float("inf")
     if not sol.success:
         raise RuntimeError(f"equiangular time ({shape.name}) failed: {sol.message}")
     log_r, scaled = sol.y[:, -1]
-    return float(scaled * np.exp(log_r))
+    log_time = log_r + ell0 + np.log(scaled)
+    return float(np.exp(log_time)) if log_time < _LOG_LARGEST else float("inf")
 
 
 # log T past which a time leaves float64 (e^709.78 ~ 1.8e308).
