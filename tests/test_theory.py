@@ -235,7 +235,49 @@ def test_the_scheme_time_holds_at_the_largest_beta_and_at_the_cosine_ends(gamma0
     ((0.1, 0.9, [0.0, 0.0], 1.0, 6), "lambdas"),
     ((0.1, 0.9, [1.0], float("nan"), 6), "beta = nan"),
     ((0.1, 0.9, [1.0], 1.0, 1), "n = 1"),
+    ((0.1, 0.9, [1.0], 1.0, float("inf")), "n = inf"),  # a warning, then a time
+    ((0.1, 0.9, [1.0], 1.0, 2.5), "n = 2.5"),
+    ((0.1, 0.9, [1.0], 1.0, 6, 0.0), "ngpt_alpha = 0.0"),  # divide by zero, then inf
+    ((0.1, 0.9, [1.0], 1.0, 6, float("nan")), "ngpt_alpha = nan"),  # a RuntimeError from the stepper
 ])
 def test_the_scheme_time_refuses_what_has_no_time(args, named):
     with pytest.raises(ValueError, match=named.replace("(", r"\(")):
-        theory.equiangular_scheme_time(*args, "pre_ln")
+        theory.equiangular_scheme_time(*args[:5], "pre_ln", *args[5:])
+
+
+@pytest.mark.parametrize("geometry", ["pre_ln", "peri_ln"])
+@pytest.mark.parametrize("gamma0, n", [(-0.5, 2), (-0.2, 2), (-0.9999999845814465, 2)])
+def test_a_start_whose_radius_rate_is_past_float_range_has_an_infinite_time(geometry, gamma0, n):
+    # Found by a hostile tester: beta lambda (1 - gamma0) > 709 (here up to 1200, inside the cells' beta
+    # lambda <= 600) overflowed the radius scale 1 / (2 n b0): a RuntimeError after 400 overflow warnings.
+    # log r grows at > 1e306 per unit x from there, so the time is past float64 (QUADPACK cannot tell).
+    with np.errstate(over="raise", divide="raise", invalid="raise"):
+        assert theory.equiangular_scheme_time(gamma0, 0.9, [1.0], 600.0, n, geometry) == np.inf
+
+
+@pytest.mark.parametrize("n, beta", [(3, 1e-4), (5, 1e-3), (17, 2e-3)])  # -1/(n-1) and (n-1) gamma exact
+def test_the_scheme_parts_hold_their_digits_at_the_least_cosine(n, beta):
+    # Found by a hostile tester: ||u|| = sqrt(a^2 + 2ab(n-1) gamma + ...) cancelled near gamma = -1/(n-1)
+    # at small beta lambda (a - b ~ beta lambda a), leaving 1e-16 / (beta lambda)^2 of noise that held the
+    # scheme time's DOP853 to 1e-5 steps (40 s). Reference: |c^T Theta| from the Gram matrix
+    # (1 - gamma) I + gamma 11^T at 40 digits, c = (a, b, ..., b), at the float gamma passed; 1e-13 is a
+    # few hundred ulps (the cancelling form was 1e-9 off at beta lambda 1e-4).
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+    lambdas = [0.5, 1.5]
+    low = mp.mpf(-1) / (n - 1)
+    for gamma in (mp.mpf(float(low + dg)) for dg in (0, mp.mpf("1e-9"), mp.mpf("1e-6"))):
+        w = [mp.exp(beta * lam * (gamma - 1)) for lam in lambdas]
+        z = [1 + (n - 1) * wi for wi in w]
+        a = sum(lam / zi for lam, zi in zip(lambdas, z))
+        b = sum(lam * wi / zi for lam, wi, zi in zip(lambdas, w, z))
+        c = mp.matrix([a] + [b] * (n - 1))
+        gram = mp.matrix(n, n)
+        for i in range(n):
+            for j in range(n):
+                gram[i, j] = 1 if i == j else gamma
+        norm = mp.sqrt((c.T * gram * c)[0])
+        radial = (gram * c)[0]  # <theta_k, u_k>
+        _, got_radial, got_norm = theory.equiangular_scheme_parts(float(gamma), lambdas, beta, n)
+        assert float(got_norm) == pytest.approx(float(norm), rel=1e-13, abs=0), float(gamma)
+        assert float(got_radial) == pytest.approx(float(radial), rel=1e-13, abs=0), float(gamma)

@@ -273,15 +273,26 @@ def equiangular_scheme_parts(gamma, lambdas, beta, n):
     ``Z_h = e^{beta lambda_h} + (n-1) e^{beta lambda_h gamma}``.
     """
     gamma = np.asarray(gamma, dtype=float)
+    return _scheme_parts(gamma, 1.0 + (n - 1.0) * gamma, lambdas, beta, n)
+
+
+def _scheme_parts(gamma, e, lambdas, beta, n):
+    """:func:`equiangular_scheme_parts` given ``e = 1 + (n-1) gamma`` as well: near ``gamma = -1/(n-1)``
+    ``e`` from a rounded ``gamma`` keeps only 1e-16 / e of its digits, and ``||u||`` turns on it where
+    ``beta lambda`` is small (noise that held the scheme time's DOP853 to 1e-5 steps, 40 s)."""
     lambdas = np.asarray(lambdas, dtype=float)
     # weights relative to the self weight: e^{beta lambda (gamma - 1)} <= 1, no overflow
-    w = np.exp(beta * lambdas * (gamma[..., None] - 1.0))
+    exponent = beta * lambdas * (gamma[..., None] - 1.0)
+    w = np.exp(exponent)
     z = 1.0 + (n - 1.0) * w
-    a = np.sum(lambdas / z, axis=-1)
     b = np.sum(lambdas * w / z, axis=-1)
-    rate = 2.0 * b * (1.0 - gamma) * (1.0 + (n - 1.0) * gamma)
-    radial = a + b * (n - 1.0) * gamma
-    norm = np.sqrt(a * a + 2.0 * a * b * (n - 1.0) * gamma + b * b * (n - 1.0) * (1.0 + (n - 2.0) * gamma))
+    # g and ||u|| in a - b (summed as such) and e = 1 + (n-1) gamma >= 0, every term >= 0: as a + b (n-1)
+    # gamma they cancelled near gamma = -1/(n-1), to a relative 1e-16 / (beta lambda)^2 in ||u|| (found by
+    # a hostile tester: the noise held the scheme time's DOP853 to 1e-5 steps, 40 s at beta lambda 2e-3).
+    gap = np.sum(-lambdas * np.expm1(exponent) / z, axis=-1)  # a - b
+    rate = 2.0 * b * (1.0 - gamma) * e
+    radial = gap + b * e
+    norm = np.sqrt(gap * gap + b * e * (2.0 * gap + n * b))
     return rate, radial, norm
 
 
@@ -336,8 +347,10 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
     if shape.speed is None:
         raise ValueError(f"geometry = {shape.name!r}: no sphere flow, no equiangular ODE of the directions")
     lambdas = np.asarray(lambdas, dtype=float)
-    if not n >= 2:
-        raise ValueError(f"equiangular time: n = {n!r}: needs n >= 2 tokens")
+    if not (np.isfinite(n) and n >= 2 and n == int(n)):
+        raise ValueError(f"equiangular time: n = {n!r}: needs a whole number n >= 2 of tokens")
+    if not (np.isfinite(ngpt_alpha) and ngpt_alpha > 0):  # 0, < 0 or NaN: a warning, NaN or a stall
+        raise ValueError(f"equiangular time: ngpt_alpha = {ngpt_alpha!r}: must be finite and > 0")
     if not (lambdas.ndim == 1 and np.all(np.isfinite(lambdas) & (lambdas >= 0)) and lambdas.sum() > 0):
         raise ValueError(f"equiangular time: lambdas = {lambdas!r}: finite, >= 0 and not all 0")
     if not (np.isfinite(beta) and beta > 0):
@@ -358,7 +371,8 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
     def terms(x):
         """(log of 1 / (2 n b s r), log b, g) at x."""
         gamma = low + (1.0 - low) * expit(x)
-        _, radial, norm = equiangular_scheme_parts(gamma, strengths, beta, n)  # its b may underflow: harmless
+        # e = 1 + (n-1) gamma = n expit(x) exactly; its b may underflow: harmless
+        _, radial, norm = _scheme_parts(np.asarray(gamma), n * expit(x), strengths, beta, n)
         log_terms = np.log(strengths) + beta * strengths * (gamma - 1.0) - np.log1p(
             (n - 1.0) * np.exp(beta * strengths * (gamma - 1.0)))  # log(lambda_h w_h / z_h)
         top = log_terms.max()
@@ -381,6 +395,12 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
     # size while T is (dw/dx = dS/dx e^{-ell0} - w dlog r/dx), and T = inf if log T leaves float64 on the
     # way. (w alongside log r from the start: its decay rate dlog r/dx, up to e^{beta lambda}, would outrun
     # any explicit step where the time is far out of range.)
+    if -np.log(2.0 * n) - log_b0 >= _LOG_LARGEST:
+        # log r grows from gamma0 at g / (2 n b0) > 1.8e308 g per unit x (beta lambda (1 - gamma0) > 709,
+        # gamma0 < -0.18 within the cells' beta lambda <= 600): past float64 on the least step of x between
+        # two levels (the scale below overflowed: a RuntimeError and 400 overflow warnings, found by a
+        # hostile tester).
+        return float("inf")
     radius_scale = np.exp(-np.log(2.0 * n) - log_b0)
 
     def rest(x):  # (S(x1) - S(x)) e^{-ell0}
