@@ -269,8 +269,8 @@ def test_the_scheme_parts_hold_their_digits_at_the_least_cosine(n, beta):
     for gamma in (mp.mpf(float(low + dg)) for dg in (0, mp.mpf("1e-9"), mp.mpf("1e-6"))):
         w = [mp.exp(beta * lam * (gamma - 1)) for lam in lambdas]
         z = [1 + (n - 1) * wi for wi in w]
-        a = sum(lam / zi for lam, zi in zip(lambdas, z))
-        b = sum(lam * wi / zi for lam, wi, zi in zip(lambdas, w, z))
+        a = sum(lam / zi for lam, zi in zip(lambdas, z, strict=True))
+        b = sum(lam * wi / zi for lam, wi, zi in zip(lambdas, w, z, strict=True))
         c = mp.matrix([a] + [b] * (n - 1))
         gram = mp.matrix(n, n)
         for i in range(n):

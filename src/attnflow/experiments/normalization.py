@@ -54,6 +54,9 @@ class Normalization(Experiment):
              why="the equiangular start has the closed-form times"),
     )
     observables = ("clusters", "radius")
+    # 2: the closed-form times in log space (inf past float64, where they raised) and their last digits
+    # (theory.equiangular_scheme_time in x = logit, equiangular_scheme_parts without cancellation)
+    reduction_version = 2
     defaults = {
         "fixed": {"attention": "softmax", "heads": "scalar", "H": 2, "n": 6, "d": 8, "lambda_dist": "linear",
                   "lambda_bar": 0.8, "spread": 0.25, "gamma0": 0.05, "cluster_metric": "gamma_mean",
