@@ -266,20 +266,26 @@ def _normalization_figure(tmp_path, geometries, betas):
     return experiment.plot(xr.open_zarr(f"zip::{path}"), spec)
 
 
-def test_normalization_marks_a_closed_form_time_past_float_range(tmp_path):
+@pytest.fixture(scope="module")
+def sphere_and_pre_ln_figure(tmp_path_factory):
+    """Sphere and Pre-LN at beta 4 and 16: Pre-LN's closed form finite at 4, past float64 at 16."""
+    from attnflow.plotting import plt
+
+    fig = _normalization_figure(tmp_path_factory.mktemp("normalization"), ["sphere", "pre_ln"], [4.0, 16.0])
+    yield fig
+    plt.close(fig)
+
+
+def test_normalization_marks_a_closed_form_time_past_float_range(sphere_and_pre_ln_figure):
     # Pre-LN's quadrature time at beta = 16 is past float64 (it grows with the radius: theory.
     # equiangular_scheme_time returns inf). Its line cannot reach that beta on a log axis; a triangle at
     # the top edge, with its legend entry, says where it goes instead of a silent gap.
-    from attnflow.plotting import plt
-
-    fig = _normalization_figure(tmp_path, ["sphere", "pre_ln"], [4.0, 16.0])
-    ax = fig.axes[0]
+    ax = sphere_and_pre_ln_figure.axes[0]
     triangles = [line for line in ax.lines if line.get_marker() == "^" and len(line.get_xdata())]
     pre_ln = next(line for line in ax.lines if line.get_label() == "pre_ln")
     assert [(float(line.get_xdata()[0]), line.get_color()) for line in triangles] == \
         [(16.0, pre_ln.get_color())], "one triangle, pre_ln's colour, at beta = 16"
     assert "quadrature past 1.8e308" in [t.get_text() for t in ax.get_legend().get_texts()]
-    plt.close(fig)
 
 
 def test_normalization_draws_panel_a_with_no_finite_time(tmp_path):
@@ -299,16 +305,12 @@ def test_normalization_draws_panel_a_with_no_finite_time(tmp_path):
     plt.close(fig)
 
 
-def test_normalization_draws_a_closed_form_time_alone_between_infs(tmp_path):
+def test_normalization_draws_a_closed_form_time_alone_between_infs(sphere_and_pre_ln_figure):
     # Pre-LN's quadrature at beta = 4 is finite, at 16 past float64: its line has one finite point, which
     # plot() draws as nothing (no marker), so the closed form was missing from panel (a). A dash marks it.
-    from attnflow.plotting import plt
-
-    fig = _normalization_figure(tmp_path, ["sphere", "pre_ln"], [4.0, 16.0])
-    ax = fig.axes[0]
+    ax = sphere_and_pre_ln_figure.axes[0]
     pre_ln = next(line for line in ax.lines if line.get_label() == "pre_ln")
     dashes = [line for line in ax.lines if line.get_marker() == "_" and len(line.get_xdata())]
     assert [(list(line.get_xdata()), line.get_color()) for line in dashes] == [([4.0], pre_ln.get_color())]
     assert float(dashes[0].get_ydata()[0]) == float(pre_ln.get_ydata()[0])
     assert "circles" not in ax.get_title(loc="left"), "no uniform starts in this grid, no circles to name"
-    plt.close(fig)

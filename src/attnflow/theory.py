@@ -273,19 +273,25 @@ def equiangular_scheme_parts(gamma, lambdas, beta, n):
     ``Z_h = e^{beta lambda_h} + (n-1) e^{beta lambda_h gamma}``.
     """
     gamma = np.asarray(gamma, dtype=float)
-    return _scheme_parts(gamma, 1.0 + (n - 1.0) * gamma, lambdas, beta, n)
+    return _scheme_parts(gamma, 1.0 + (n - 1.0) * gamma, lambdas, beta, n)[:3]
 
 
 def _scheme_parts(gamma, e, lambdas, beta, n):
-    """:func:`equiangular_scheme_parts` given ``e = 1 + (n-1) gamma`` as well: near ``gamma = -1/(n-1)``
-    ``e`` from a rounded ``gamma`` keeps only 1e-16 / e of its digits, and ``||u||`` turns on it where
-    ``beta lambda`` is small (noise that held the scheme time's DOP853 to 1e-5 steps, 40 s)."""
+    """:func:`equiangular_scheme_parts` and ``log b`` (``b`` underflows from ``beta lambda (1 - gamma)``
+    ~ 745; its log does not), given ``e = 1 + (n-1) gamma`` as well: near ``gamma = -1/(n-1)`` ``e`` from
+    a rounded ``gamma`` keeps only 1e-16 / e of its digits, and ``||u||`` turns on it where ``beta
+    lambda`` is small (noise that held the scheme time's DOP853 to 1e-5 steps, 40 s)."""
     lambdas = np.asarray(lambdas, dtype=float)
     # weights relative to the self weight: e^{beta lambda (gamma - 1)} <= 1, no overflow
     exponent = beta * lambdas * (gamma[..., None] - 1.0)
     w = np.exp(exponent)
     z = 1.0 + (n - 1.0) * w
     b = np.sum(lambdas * w / z, axis=-1)
+    # A head of strength 0 adds nothing (log 0 = -inf); every strength 0 leaves log b NaN, b itself 0.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_terms = np.log(lambdas) + exponent - np.log(z)  # log(lambda_h w_h / z_h)
+        top = log_terms.max(axis=-1)
+        log_b = top + np.log(np.sum(np.exp(log_terms - top[..., None]), axis=-1))
     # g and ||u|| in a - b (summed as such) and e = 1 + (n-1) gamma >= 0, every term >= 0: as a + b (n-1)
     # gamma they cancelled near gamma = -1/(n-1), to a relative 1e-16 / (beta lambda)^2 in ||u|| (found by
     # a hostile tester: the noise held the scheme time's DOP853 to 1e-5 steps, 40 s at beta lambda 2e-3).
@@ -293,7 +299,7 @@ def _scheme_parts(gamma, e, lambdas, beta, n):
     rate = 2.0 * b * (1.0 - gamma) * e
     radial = gap + b * e
     norm = np.sqrt(gap * gap + b * e * (2.0 * gap + n * b))
-    return rate, radial, norm
+    return rate, radial, norm, log_b
 
 
 def equiangular_scheme_rates(gamma, r, lambdas, beta, n, geometry, ngpt_alpha=1.0):
@@ -361,23 +367,20 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
                          f"-1/(n-1) = {low:.6g} < gamma0 <= gamma1 < 1")
     if gamma0 == gamma1:
         return 0.0
-    strengths = lambdas[lambdas > 0]
 
     # In x, dgamma/dx = (gamma - low)(1 - gamma) / (1 - low) cancels the rate's zeros at both ends
     # (G = 2 b (1 - gamma)(n - 1)(gamma - low), (n - 1)(1 - low) = n): dS/dx = 1 / (2 n b s r) with S the
     # time per unit radius (the time itself where r = 1; s r is free of r, geometry.Geometry.speed), and
     # dlog r/dx = g / (2 n b). b ~ e^{-beta lambda (1 - gamma)} spans up to e^{-600}: kept as log b, and
     # every rate scaled by its value at gamma0 (ell0 below), where the rates are largest (b grows with gamma).
+    log_2n = np.log(2.0 * n)
+
     def terms(x):
         """(log of 1 / (2 n b s r), log b, g) at x."""
         gamma = low + (1.0 - low) * expit(x)
-        # e = 1 + (n-1) gamma = n expit(x) exactly; its b may underflow: harmless
-        _, radial, norm = _scheme_parts(np.asarray(gamma), n * expit(x), strengths, beta, n)
-        log_terms = np.log(strengths) + beta * strengths * (gamma - 1.0) - np.log1p(
-            (n - 1.0) * np.exp(beta * strengths * (gamma - 1.0)))  # log(lambda_h w_h / z_h)
-        top = log_terms.max()
-        log_b = top + np.log(np.sum(np.exp(log_terms - top)))
-        return -np.log(2.0 * n) - log_b - np.log(shape.speed(1.0, norm, ngpt_alpha)), log_b, radial
+        # e = 1 + (n-1) gamma = n expit(x) exactly; b may underflow (log b does not): harmless
+        _, radial, norm, log_b = _scheme_parts(np.asarray(gamma), n * expit(x), lambdas, beta, n)
+        return -log_2n - log_b - np.log(shape.speed(1.0, norm, ngpt_alpha)), log_b, radial
 
     span = (float(np.log(gamma0 - low) - np.log1p(-gamma0)), float(np.log(gamma1 - low) - np.log1p(-gamma1)))
     ell0, log_b0, _ = terms(span[0])
@@ -395,13 +398,13 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
     # size while T is (dw/dx = dS/dx e^{-ell0} - w dlog r/dx), and T = inf if log T leaves float64 on the
     # way. (w alongside log r from the start: its decay rate dlog r/dx, up to e^{beta lambda}, would outrun
     # any explicit step where the time is far out of range.)
-    if -np.log(2.0 * n) - log_b0 >= _LOG_LARGEST:
+    if -log_2n - log_b0 >= _LOG_LARGEST:
         # log r grows from gamma0 at g / (2 n b0) > 1.8e308 g per unit x (beta lambda (1 - gamma0) > 709,
         # gamma0 < -0.18 within the cells' beta lambda <= 600): past float64 on the least step of x between
         # two levels (the scale below overflowed: a RuntimeError and 400 overflow warnings, found by a
         # hostile tester).
         return float("inf")
-    radius_scale = np.exp(-np.log(2.0 * n) - log_b0)
+    radius_scale = np.exp(-log_2n - log_b0)
 
     def rest(x):  # (S(x1) - S(x)) e^{-ell0}
         return plain.y[0, -1] - plain.sol(x)[0]
@@ -418,7 +421,7 @@ def equiangular_scheme_time(gamma0, gamma1, lambdas, beta, n, geometry, ngpt_alp
 
     def scaled_time(x, y):
         ell, log_b, radial = terms(x)
-        growth = radial * np.exp(-np.log(2.0 * n) - log_b)
+        growth = radial * np.exp(-log_2n - log_b)
         return [growth, np.exp(ell - ell0) - y[1] * growth]
 
     bound_beyond_range.terminal = time_beyond_range.terminal = True
